@@ -1,0 +1,64 @@
+package cluster
+
+import (
+	"fmt"
+	"net/url"
+	"os"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+)
+
+// etcdServer is an embedded etcd member listening on loopback.
+type etcdServer struct {
+	etcd      *embed.Etcd
+	clientURL string
+}
+
+// startEtcd starts a single-member etcd in dir. fsync is off: the data lives
+// only as long as the test, and fsync on a busy CI disk costs seconds.
+func startEtcd(dir string) (*etcdServer, error) {
+	clientPort, err := freePort("127.0.0.1")
+	if err != nil {
+		return nil, err
+	}
+	peerPort, err := freePort("127.0.0.1")
+	if err != nil {
+		return nil, err
+	}
+	clientURL := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", clientPort)}
+	peerURL := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", peerPort)}
+
+	cfg := embed.NewConfig()
+	cfg.Name = "meshwave-e2e"
+	cfg.Dir = dir
+	cfg.ListenClientUrls = []url.URL{clientURL}
+	cfg.AdvertiseClientUrls = []url.URL{clientURL}
+	cfg.ListenPeerUrls = []url.URL{peerURL}
+	cfg.AdvertisePeerUrls = []url.URL{peerURL}
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	cfg.UnsafeNoFsync = true
+	// etcd logs its own orderly shutdown at error level; only a fatal
+	// problem is worth a line in a test's output.
+	cfg.LogLevel = "fatal"
+	if os.Getenv("MESHWAVE_E2E_KLOG") != "" {
+		cfg.LogLevel = "info"
+	}
+
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("start etcd: %w", err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case err := <-e.Err():
+		e.Close()
+		return nil, fmt.Errorf("etcd failed while starting: %w", err)
+	case <-time.After(30 * time.Second):
+		e.Close()
+		return nil, fmt.Errorf("etcd was not ready after 30s")
+	}
+	return &etcdServer{etcd: e, clientURL: clientURL.String()}, nil
+}
+
+func (s *etcdServer) stop() { s.etcd.Close() }

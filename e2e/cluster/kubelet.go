@@ -1,0 +1,484 @@
+package cluster
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
+)
+
+// PodSelector picks pods by namespace and labels. An empty Namespace matches
+// every namespace; a nil Labels matches every pod.
+type PodSelector struct {
+	Namespace string
+	Labels    labels.Selector
+}
+
+func (s PodSelector) matches(pod *corev1.Pod) bool {
+	if s.Namespace != "" && s.Namespace != pod.Namespace {
+		return false
+	}
+	return s.Labels == nil || s.Labels.Matches(labels.Set(pod.Labels))
+}
+
+// PodFault is what the kubelet does to the pods a rule selects.
+type PodFault int
+
+const (
+	// HoldUnready runs the containers but never reports them ready.
+	HoldUnready PodFault = iota + 1
+	// CrashLoop restarts the first app container over and over.
+	CrashLoop
+)
+
+func (f PodFault) String() string {
+	switch f {
+	case HoldUnready:
+		return "HoldUnready"
+	case CrashLoop:
+		return "CrashLoop"
+	}
+	return fmt.Sprintf("PodFault(%d)", int(f))
+}
+
+type faultRule struct {
+	id       int
+	selector PodSelector
+	fault    PodFault
+}
+
+type ipRule struct {
+	selector PodSelector
+	next     func() (string, error)
+}
+
+// KubeletOptions configure the fake kubelet.
+type KubeletOptions struct {
+	// Nodes is the number of fake nodes; pods are spread over them.
+	Nodes int
+	// ReadyDelay is how long after creation a pod becomes Running and Ready.
+	ReadyDelay time.Duration
+	// Workers is the number of pods handled concurrently.
+	Workers int
+}
+
+// Kubelet is a fake kubelet: it registers nodes, binds pending pods to them,
+// gives each pod an IP and, after ReadyDelay, reports it Running and Ready
+// with the container statuses a real kubelet writes, native sidecars
+// included. Terminating pods are deleted at once.
+type Kubelet struct {
+	client kubernetes.Interface
+	opts   KubeletOptions
+	lister corelisters.PodLister
+	queue  workqueue.TypedRateLimitingInterface[string]
+
+	mu       sync.Mutex
+	faults   []faultRule
+	ipRules  []ipRule
+	nextRule int
+	nextIP   uint32
+	nodes    []string
+	bindNext int
+}
+
+func newKubelet(client kubernetes.Interface, opts KubeletOptions) *Kubelet {
+	if opts.Nodes <= 0 {
+		opts.Nodes = 3
+	}
+	if opts.ReadyDelay < 0 {
+		opts.ReadyDelay = 0
+	}
+	if opts.Workers <= 0 {
+		opts.Workers = 8
+	}
+	return &Kubelet{
+		client: client,
+		opts:   opts,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](20*time.Millisecond, 2*time.Second),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "fake-kubelet"}),
+		// Pod IPs start at 10.244.0.10, the usual first pod CIDR.
+		nextIP: binary.BigEndian.Uint32(net.ParseIP("10.244.0.10").To4()),
+	}
+}
+
+// HoldUnready keeps the selected pods, present and future, unready until the
+// returned function is called.
+func (k *Kubelet) HoldUnready(sel PodSelector) (release func()) { return k.addFault(sel, HoldUnready) }
+
+// CrashLoop makes the selected pods crash-loop until the returned function is
+// called.
+func (k *Kubelet) CrashLoop(sel PodSelector) (release func()) { return k.addFault(sel, CrashLoop) }
+
+func (k *Kubelet) addFault(sel PodSelector, fault PodFault) func() {
+	k.mu.Lock()
+	k.nextRule++
+	id := k.nextRule
+	k.faults = append(k.faults, faultRule{id: id, selector: sel, fault: fault})
+	k.mu.Unlock()
+	k.requeueMatching(sel)
+	return func() {
+		k.mu.Lock()
+		for i, r := range k.faults {
+			if r.id == id {
+				k.faults = append(k.faults[:i], k.faults[i+1:]...)
+				break
+			}
+		}
+		k.mu.Unlock()
+		k.requeueMatching(sel)
+	}
+}
+
+// AssignIPs gives the pods of namespace that match sel IPs from next instead
+// of the pod range. The simulated istiod uses it to put each replica on its
+// own loopback address, where its servers listen.
+func (k *Kubelet) AssignIPs(namespace string, sel labels.Selector, next func() (string, error)) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.ipRules = append(k.ipRules, ipRule{selector: PodSelector{Namespace: namespace, Labels: sel}, next: next})
+}
+
+func (k *Kubelet) faultFor(pod *corev1.Pod) PodFault {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, r := range k.faults {
+		if r.selector.matches(pod) {
+			return r.fault
+		}
+	}
+	return 0
+}
+
+func (k *Kubelet) allocateIP(pod *corev1.Pod) (string, error) {
+	k.mu.Lock()
+	for _, r := range k.ipRules {
+		if r.selector.matches(pod) {
+			k.mu.Unlock()
+			return r.next()
+		}
+	}
+	defer k.mu.Unlock()
+	ip := make(net.IP, 4)
+	binary.BigEndian.PutUint32(ip, k.nextIP)
+	k.nextIP++
+	return ip.String(), nil
+}
+
+func (k *Kubelet) requeueMatching(sel PodSelector) {
+	pods, err := k.lister.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, p := range pods {
+		if sel.matches(p) {
+			k.queue.Add(p.Namespace + "/" + p.Name)
+		}
+	}
+}
+
+// start registers the nodes and runs the pod loop until ctx ends.
+func (k *Kubelet) start(ctx context.Context, factory informers.SharedInformerFactory) error {
+	for i := 0; i < k.opts.Nodes; i++ {
+		name := fmt.Sprintf("fake-node-%d", i)
+		if err := k.registerNode(ctx, name); err != nil {
+			return err
+		}
+		k.nodes = append(k.nodes, name)
+	}
+	podInformer := factory.Core().V1().Pods()
+	k.lister = podInformer.Lister()
+	enqueue := func(obj any) {
+		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+			k.queue.Add(key)
+		}
+	}
+	_, err := podInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    enqueue,
+		UpdateFunc: func(_, obj any) { enqueue(obj) },
+	})
+	if err != nil {
+		return err
+	}
+	for i := 0; i < k.opts.Workers; i++ {
+		go wait.UntilWithContext(ctx, k.worker, time.Second)
+	}
+	go func() {
+		<-ctx.Done()
+		k.queue.ShutDown()
+	}()
+	return nil
+}
+
+func (k *Kubelet) registerNode(ctx context.Context, name string) error {
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+			"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "type": "fake-kubelet",
+		}},
+	}
+	created, err := k.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("register node %s: %w", name, err)
+	}
+	now := metav1.Now()
+	capacity := corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse("64"),
+		corev1.ResourceMemory: resource.MustParse("256Gi"),
+		corev1.ResourcePods:   resource.MustParse("10000"),
+	}
+	created.Status = corev1.NodeStatus{
+		Capacity:    capacity,
+		Allocatable: capacity,
+		Phase:       corev1.NodeRunning,
+		Conditions: []corev1.NodeCondition{{
+			Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
+			Message: "fake kubelet is posting ready status", LastHeartbeatTime: now, LastTransitionTime: now,
+		}},
+		Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}, {Type: corev1.NodeHostName, Address: name}},
+		NodeInfo:  corev1.NodeSystemInfo{KubeletVersion: "v1.37.2-fake", OperatingSystem: "linux", Architecture: "amd64", ContainerRuntimeVersion: "fake://1.0"},
+	}
+	if _, err := k.client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("mark node %s ready: %w", name, err)
+	}
+	return nil
+}
+
+func (k *Kubelet) worker(ctx context.Context) {
+	for {
+		key, quit := k.queue.Get()
+		if quit {
+			return
+		}
+		requeueAfter, err := k.sync(ctx, key)
+		switch {
+		case err != nil:
+			if !apierrors.IsNotFound(err) {
+				k.queue.AddRateLimited(key)
+			}
+		case requeueAfter > 0:
+			k.queue.Forget(key)
+			k.queue.AddAfter(key, requeueAfter)
+		default:
+			k.queue.Forget(key)
+		}
+		k.queue.Done(key)
+	}
+}
+
+// crashLoopPeriod is how often a crash-looping container "restarts".
+const crashLoopPeriod = 2 * time.Second
+
+func (k *Kubelet) sync(ctx context.Context, key string) (time.Duration, error) {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		utilruntime.HandleError(err)
+		return 0, nil
+	}
+	pod, err := k.lister.Pods(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case pod.DeletionTimestamp != nil:
+		// No containers to stop: finish the deletion the way a kubelet does
+		// once they have exited.
+		err := k.client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{
+			GracePeriodSeconds: ptr.To[int64](0),
+			Preconditions:      &metav1.Preconditions{UID: &pod.UID},
+		})
+		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			return 0, nil
+		}
+		return 0, err
+	case pod.Spec.NodeName == "":
+		return 0, k.bind(ctx, pod)
+	case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
+		return 0, nil
+	}
+
+	startAt := pod.CreationTimestamp.Add(k.opts.ReadyDelay)
+	if pod.Status.Phase != corev1.PodRunning {
+		if wait := time.Until(startAt); wait > 0 {
+			return wait, nil
+		}
+	}
+	fault := k.faultFor(pod)
+	want, err := k.runningStatus(pod, fault)
+	if err != nil {
+		return 0, err
+	}
+	if statusEqual(&pod.Status, want) {
+		if fault == CrashLoop {
+			return crashLoopPeriod, nil
+		}
+		return 0, nil
+	}
+	updated := pod.DeepCopy()
+	updated.Status = *want
+	if _, err := k.client.CoreV1().Pods(ns).UpdateStatus(ctx, updated, metav1.UpdateOptions{}); err != nil {
+		return 0, err
+	}
+	if fault == CrashLoop {
+		return crashLoopPeriod, nil
+	}
+	return 0, nil
+}
+
+func (k *Kubelet) bind(ctx context.Context, pod *corev1.Pod) error {
+	k.mu.Lock()
+	node := k.nodes[k.bindNext%len(k.nodes)]
+	k.bindNext++
+	k.mu.Unlock()
+	binding := &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID},
+		Target:     corev1.ObjectReference{Kind: "Node", Name: node},
+	}
+	err := k.client.CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{})
+	if apierrors.IsConflict(err) {
+		return nil // already bound; the update event brings it back
+	}
+	return err
+}
+
+// runningStatus is the status a kubelet reports for pod once its containers
+// have started, given the fault injected into it.
+func (k *Kubelet) runningStatus(pod *corev1.Pod, fault PodFault) (*corev1.PodStatus, error) {
+	st := pod.Status.DeepCopy()
+	now := metav1.Now()
+	if st.PodIP == "" {
+		ip, err := k.allocateIP(pod)
+		if err != nil {
+			return nil, fmt.Errorf("allocate an IP for %s/%s: %w", pod.Namespace, pod.Name, err)
+		}
+		st.PodIP = ip
+		st.PodIPs = []corev1.PodIP{{IP: ip}}
+		st.HostIP = "127.0.0.1"
+		st.HostIPs = []corev1.HostIP{{IP: "127.0.0.1"}}
+		st.StartTime = &now
+	}
+	st.Phase = corev1.PodRunning
+	started := st.StartTime
+	if started == nil {
+		started = &now
+	}
+
+	// Init containers: a native sidecar (restartPolicy Always) keeps running
+	// and reports ready; a classic init container has completed.
+	st.InitContainerStatuses = st.InitContainerStatuses[:0]
+	for _, c := range pod.Spec.InitContainers {
+		cs := corev1.ContainerStatus{Name: c.Name, Image: c.Image, ImageID: "fake://" + c.Image, ContainerID: containerID(pod.UID, c.Name)}
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			cs.Ready, cs.Started = true, ptr.To(true)
+			cs.State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: *started}}
+		} else {
+			cs.Started = ptr.To(false)
+			cs.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", StartedAt: *started, FinishedAt: *started}}
+		}
+		st.InitContainerStatuses = append(st.InitContainerStatuses, cs)
+	}
+
+	ready := fault == 0
+	var prev map[string]corev1.ContainerStatus
+	if len(pod.Status.ContainerStatuses) > 0 {
+		prev = map[string]corev1.ContainerStatus{}
+		for _, cs := range pod.Status.ContainerStatuses {
+			prev[cs.Name] = cs
+		}
+	}
+	st.ContainerStatuses = nil
+	for i, c := range pod.Spec.Containers {
+		cs := corev1.ContainerStatus{Name: c.Name, Image: c.Image, ImageID: "fake://" + c.Image, ContainerID: containerID(pod.UID, c.Name)}
+		cs.State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: *started}}
+		cs.Started = ptr.To(true)
+		cs.Ready = ready
+		if fault == CrashLoop && i == 0 {
+			// One more restart per crashLoopPeriod, however often the pod
+			// is synced in between.
+			p := prev[c.Name]
+			restarts, finished := p.RestartCount, now
+			if last := p.LastTerminationState.Terminated; last != nil && time.Since(last.FinishedAt.Time) < crashLoopPeriod {
+				finished = last.FinishedAt
+			} else {
+				restarts++
+			}
+			cs.RestartCount = restarts
+			cs.Started = ptr.To(false)
+			cs.State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff", Message: "back-off restarting failed container " + c.Name}}
+			cs.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error", StartedAt: *started, FinishedAt: finished}}
+		}
+		st.ContainerStatuses = append(st.ContainerStatuses, cs)
+	}
+
+	cond := func(t corev1.PodConditionType, ok bool, reason string) corev1.PodCondition {
+		c := corev1.PodCondition{Type: t, Status: corev1.ConditionTrue, LastTransitionTime: now}
+		if !ok {
+			c.Status = corev1.ConditionFalse
+			c.Reason = reason
+		}
+		// Keep the transition time when the status did not change, as a
+		// kubelet does; otherwise every resync would look like a change.
+		for _, old := range pod.Status.Conditions {
+			if old.Type == t && old.Status == c.Status {
+				c.LastTransitionTime = old.LastTransitionTime
+			}
+		}
+		return c
+	}
+	st.Conditions = []corev1.PodCondition{
+		cond(corev1.PodReadyToStartContainers, true, ""),
+		cond(corev1.PodInitialized, true, ""),
+		cond(corev1.ContainersReady, ready, "ContainersNotReady"),
+		cond(corev1.PodReady, ready, "ContainersNotReady"),
+		cond(corev1.PodScheduled, true, ""),
+	}
+	return st, nil
+}
+
+func containerID(uid types.UID, name string) string {
+	return "fake://" + string(uid) + "/" + name
+}
+
+// statusEqual compares the parts of a status the kubelet owns.
+func statusEqual(a, b *corev1.PodStatus) bool {
+	if a.Phase != b.Phase || a.PodIP != b.PodIP || len(a.Conditions) != len(b.Conditions) ||
+		len(a.ContainerStatuses) != len(b.ContainerStatuses) || len(a.InitContainerStatuses) != len(b.InitContainerStatuses) {
+		return false
+	}
+	for i := range a.Conditions {
+		if a.Conditions[i].Type != b.Conditions[i].Type || a.Conditions[i].Status != b.Conditions[i].Status {
+			return false
+		}
+	}
+	for i := range a.ContainerStatuses {
+		x, y := a.ContainerStatuses[i], b.ContainerStatuses[i]
+		if x.Name != y.Name || x.Ready != y.Ready || x.RestartCount != y.RestartCount || (x.State.Waiting == nil) != (y.State.Waiting == nil) {
+			return false
+		}
+	}
+	for i := range a.InitContainerStatuses {
+		if a.InitContainerStatuses[i].Ready != b.InitContainerStatuses[i].Ready {
+			return false
+		}
+	}
+	return true
+}

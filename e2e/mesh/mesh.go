@@ -1,0 +1,350 @@
+package mesh
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+)
+
+// Injection policies of a revision's injector.
+const (
+	PolicyEnabled  = "enabled"
+	PolicyDisabled = "disabled"
+)
+
+// Revision is one Istio control-plane revision.
+type Revision struct {
+	// Name is the revision, e.g. "1-26".
+	Name string
+	// Version is the Istio version it runs; by default derived from Name
+	// ("1-26" runs 1.26.0).
+	Version string
+	// Replicas is the number of istiod pods; default 1.
+	Replicas int
+	// InjectionPolicy is "enabled" (default) or "disabled", under which only
+	// pods asking with sidecar.istio.io/inject: "true" are injected.
+	InjectionPolicy string
+	// Default also installs the istio-injection=enabled webhooks.
+	Default bool
+}
+
+// PodIPAssigner lets the mesh choose the IPs of its istiod pods. The fake
+// kubelet implements it.
+type PodIPAssigner interface {
+	AssignIPs(namespace string, sel labels.Selector, next func() (string, error))
+}
+
+// Options configure the simulated mesh.
+type Options struct {
+	Client kubernetes.Interface
+	IPs    PodIPAssigner
+	// Revisions to install.
+	Revisions []Revision
+	// Tags maps revision tags to the revision they point at.
+	Tags map[string]string
+	// RootNamespace is where istiod runs; default istio-system.
+	RootNamespace string
+	// MeshV1 installs the Mesh v1 pod webhook.
+	MeshV1 bool
+	// RequestRate is the default requests per second per workload; default 20.
+	RequestRate float64
+	// Ports override istiod's ports.
+	Ports Ports
+	// Logf receives diagnostics; nil discards them.
+	Logf func(string, ...any)
+}
+
+// Mesh is the running simulation.
+type Mesh struct {
+	opts     Options
+	client   kubernetes.Interface
+	host     string // loopback address for the webhook and exporter
+	netPref  string // 127.a.b. prefix for istiod replicas
+	injector *injector
+	meshV1   *MeshV1
+	traffic  *Traffic
+	auth     *tokenAuthenticator
+	cert     *servingCert
+	factory  informers.SharedInformerFactory
+	cancel   context.CancelFunc
+
+	mu      sync.Mutex
+	istiods map[string]*Istiod
+	nextIP  int
+}
+
+// Start installs the mesh into the cluster behind opts.Client and returns
+// when every istiod replica is serving.
+func Start(ctx context.Context, opts Options) (_ *Mesh, err error) {
+	if opts.RootNamespace == "" {
+		opts.RootNamespace = "istio-system"
+	}
+	if opts.RequestRate == 0 {
+		opts.RequestRate = 20
+	}
+	if opts.Ports == (Ports{}) {
+		opts.Ports = DefaultPorts
+	}
+	if opts.Logf == nil {
+		opts.Logf = func(string, ...any) {}
+	}
+	// A /24 of its own inside 127.0.0.0/8, so that worlds in concurrent
+	// test processes never collide on istiod's fixed ports.
+	prefix := fmt.Sprintf("127.%d.%d.", 1+rand.IntN(250), rand.IntN(250))
+	m := &Mesh{
+		opts: opts, client: opts.Client, host: prefix + "1", netPref: prefix,
+		meshV1: newMeshV1(), auth: newTokenAuthenticator(opts.Client),
+		istiods: map[string]*Istiod{}, nextIP: 10,
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	m.cancel = cancel
+	defer func() {
+		if err != nil {
+			m.Stop()
+		}
+	}()
+
+	m.cert, err = newServingCert(net.ParseIP(prefix + "0"))
+	if err != nil {
+		return nil, err
+	}
+	if m.injector, err = startInjector(m.client, m.host, m.meshV1); err != nil {
+		return nil, err
+	}
+
+	m.factory = informers.NewSharedInformerFactory(m.client, 0)
+	pods := m.factory.Core().V1().Pods()
+	m.traffic = newTraffic(pods.Lister(), opts.RequestRate)
+	if err := m.traffic.start(m.host); err != nil {
+		return nil, err
+	}
+	if _, err := pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { m.observePod(obj, false) },
+		UpdateFunc: func(_, obj any) { m.observePod(obj, false) },
+		DeleteFunc: func(obj any) { m.observePod(obj, true) },
+	}); err != nil {
+		return nil, err
+	}
+	m.factory.Start(runCtx.Done())
+	m.factory.WaitForCacheSync(runCtx.Done())
+
+	if err := m.ensureNamespace(ctx, opts.RootNamespace, nil); err != nil {
+		return nil, err
+	}
+	if opts.MeshV1 {
+		if err := m.meshV1.register(ctx, m.client, m.injector.url, m.injector.caBundle); err != nil {
+			return nil, err
+		}
+	}
+	for _, rev := range opts.Revisions {
+		if err := m.InstallRevision(ctx, rev); err != nil {
+			return nil, err
+		}
+	}
+	for tag, rev := range opts.Tags {
+		if err := m.SetTag(ctx, tag, rev); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// Stop stops every server of the mesh. Its objects stay in the cluster.
+func (m *Mesh) Stop() {
+	if m.cancel != nil {
+		m.cancel()
+	}
+	m.mu.Lock()
+	for _, d := range m.istiods {
+		d.stop()
+	}
+	m.mu.Unlock()
+	if m.injector != nil {
+		m.injector.stop()
+	}
+	if m.traffic != nil && m.traffic.server != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		m.traffic.stop(ctx)
+		cancel()
+	}
+	if m.factory != nil {
+		m.factory.Shutdown()
+	}
+}
+
+// Istiod returns the simulated istiod of a revision, or nil.
+func (m *Mesh) Istiod(rev string) *Istiod {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.istiods[rev]
+}
+
+// Traffic returns the request-metrics exporter.
+func (m *Mesh) Traffic() *Traffic { return m.traffic }
+
+// MeshV1 returns the Mesh v1 webhook, to register MicroServices with.
+func (m *Mesh) MeshV1() *MeshV1 { return m.meshV1 }
+
+// RootNamespace is the namespace istiod runs in.
+func (m *Mesh) RootNamespace() string { return m.opts.RootNamespace }
+
+// Ports are istiod's ports on each replica IP.
+func (m *Mesh) Ports() Ports { return m.opts.Ports }
+
+// InstallRevision installs a revision: its injector webhook configuration,
+// its istiod Deployment and Service, and the servers behind its pods. It
+// returns when every replica serves.
+func (m *Mesh) InstallRevision(ctx context.Context, rev Revision) error {
+	if rev.Version == "" {
+		rev.Version = strings.ReplaceAll(rev.Name, "-", ".") + ".0"
+	}
+	if rev.Replicas <= 0 {
+		rev.Replicas = 1
+	}
+	if rev.InjectionPolicy == "" {
+		rev.InjectionPolicy = PolicyEnabled
+	}
+	d := newIstiod(rev, m.opts.RootNamespace, m.opts.Ports, m.auth, m.cert, m.opts.Logf)
+	m.mu.Lock()
+	m.istiods[rev.Name] = d
+	m.mu.Unlock()
+
+	podLabels := map[string]string{"app": "istiod", LabelRev: rev.Name, "istio": "pilot", KeyInject: "false"}
+	m.opts.IPs.AssignIPs(m.opts.RootNamespace, labels.SelectorFromSet(map[string]string{"app": "istiod", LabelRev: rev.Name}), m.allocateIP)
+	if err := m.injector.register(ctx, rev); err != nil {
+		return err
+	}
+	deploy := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "istiod-" + rev.Name, Namespace: m.opts.RootNamespace, Labels: map[string]string{"app": "istiod", LabelRev: rev.Name, "istio": "pilot"}},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(int32(rev.Replicas)),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "istiod", LabelRev: rev.Name}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: podLabels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{
+					Name: "discovery", Image: "docker.io/istio/pilot:" + rev.Version,
+					Ports: []corev1.ContainerPort{
+						{Name: "grpc-xds", ContainerPort: int32(m.opts.Ports.GRPCPlain)},
+						{Name: "tls-xds", ContainerPort: int32(m.opts.Ports.GRPCTLS)},
+						{Name: "http-monitoring", ContainerPort: int32(m.opts.Ports.HTTP)},
+						{Name: "https-webhooks", ContainerPort: 15017},
+					},
+				}}},
+			},
+		},
+	}
+	if _, err := m.client.AppsV1().Deployments(m.opts.RootNamespace).Create(ctx, deploy, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create istiod-%s: %w", rev.Name, err)
+	}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "istiod-" + rev.Name, Namespace: m.opts.RootNamespace, Labels: map[string]string{"app": "istiod", LabelRev: rev.Name}},
+		Spec: corev1.ServiceSpec{
+			Selector: map[string]string{"app": "istiod", LabelRev: rev.Name},
+			Ports: []corev1.ServicePort{
+				{Name: "grpc-xds", Port: int32(m.opts.Ports.GRPCPlain)},
+				{Name: "https-dns", Port: int32(m.opts.Ports.GRPCTLS)},
+				{Name: "http-monitoring", Port: int32(m.opts.Ports.HTTP)},
+			},
+		},
+	}
+	if _, err := m.client.CoreV1().Services(m.opts.RootNamespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create service istiod-%s: %w", rev.Name, err)
+	}
+	return wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return len(d.ReplicaAddrs()) == rev.Replicas, nil
+	})
+}
+
+// SetTag points revision tag at rev, creating or moving it.
+func (m *Mesh) SetTag(ctx context.Context, tag, rev string) error {
+	if err := m.injector.registerTag(ctx, tag, rev); err != nil {
+		return err
+	}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "istiod-revision-tag-" + tag, Namespace: m.opts.RootNamespace, Labels: map[string]string{LabelTag: tag, LabelRev: rev}},
+		Spec: corev1.ServiceSpec{
+			Selector: map[string]string{"app": "istiod", LabelRev: rev},
+			Ports:    []corev1.ServicePort{{Name: "grpc-xds", Port: int32(m.opts.Ports.GRPCPlain)}},
+		},
+	}
+	_, err := m.client.CoreV1().Services(m.opts.RootNamespace).Create(ctx, svc, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		old, gerr := m.client.CoreV1().Services(m.opts.RootNamespace).Get(ctx, svc.Name, metav1.GetOptions{})
+		if gerr != nil {
+			return gerr
+		}
+		old.Labels, old.Spec.Selector = svc.Labels, svc.Spec.Selector
+		_, err = m.client.CoreV1().Services(m.opts.RootNamespace).Update(ctx, old, metav1.UpdateOptions{})
+	}
+	return err
+}
+
+func (m *Mesh) allocateIP() (string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.nextIP > 254 {
+		return "", fmt.Errorf("no loopback addresses left in %s0/24", m.netPref)
+	}
+	ip := fmt.Sprintf("%s%d", m.netPref, m.nextIP)
+	m.nextIP++
+	return ip, nil
+}
+
+func (m *Mesh) ensureNamespace(ctx context.Context, name string, lbls map[string]string) error {
+	_, err := m.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: lbls}}, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
+}
+
+// observePod routes a pod event to the istiod it concerns: istiod's own
+// pods start and stop replicas, injected pods connect and disconnect.
+func (m *Mesh) observePod(obj any, deleted bool) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		tomb, ok := obj.(cache.DeletedFinalStateUnknown)
+		if !ok {
+			return
+		}
+		if pod, ok = tomb.Obj.(*corev1.Pod); !ok {
+			return
+		}
+	}
+	m.mu.Lock()
+	istiods := make(map[string]*Istiod, len(m.istiods))
+	for k, v := range m.istiods {
+		istiods[k] = v
+	}
+	m.mu.Unlock()
+
+	if pod.Namespace == m.opts.RootNamespace && pod.Labels["app"] == "istiod" {
+		if d := istiods[pod.Labels[LabelRev]]; d != nil {
+			d.observeIstiodPod(pod, deleted)
+		}
+		return
+	}
+	st, injected := ParseSidecarStatus(pod)
+	if !injected {
+		return
+	}
+	running := !deleted && pod.DeletionTimestamp == nil && pod.Status.Phase == corev1.PodRunning && pod.Status.PodIP != ""
+	for name, d := range istiods {
+		d.observeProxyPod(pod, running && name == st.Revision)
+	}
+}

@@ -1,0 +1,107 @@
+package mesh
+
+import (
+	"errors"
+	"io"
+	"strconv"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// adsServer is one istiod replica's aggregated discovery service. It serves
+// only the debug type istioctl proxy-status uses; the proxies themselves are
+// simulated from pod state rather than from real Envoy streams.
+type adsServer struct {
+	discoveryv3.UnimplementedAggregatedDiscoveryServiceServer
+	istiod  *Istiod
+	replica string
+}
+
+func (s *adsServer) StreamAggregatedResources(stream discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
+	ctx := stream.Context()
+	// Debug types need a verified identity on every port since 1.27.8: a
+	// service-account token with the istio-ca audience.
+	var header string
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		if v := md.Get("authorization"); len(v) > 0 {
+			header = v[0]
+		}
+	}
+	c, err := s.istiod.auth.authenticate(ctx, header)
+	if errors.Is(err, errUnauthenticated) {
+		return status.Error(codes.Unauthenticated, err.Error())
+	}
+	if err != nil {
+		return status.Error(codes.Unavailable, err.Error())
+	}
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if req.GetTypeUrl() != TypeDebugSyncz {
+			return status.Errorf(codes.InvalidArgument, "the simulated istiod serves only %s, not %s", TypeDebugSyncz, req.GetTypeUrl())
+		}
+		resp, err := s.syncz(c)
+		if err != nil {
+			return status.Error(codes.Internal, err.Error())
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
+}
+
+// syncz builds the answer istiod's status generator gives: one
+// ClientConfig per proxy connected to this replica.
+func (s *adsServer) syncz(c caller) (*discoveryv3.DiscoveryResponse, error) {
+	d := s.istiod
+	now := time.Now()
+	d.mu.Lock()
+	d.requests[s.replica]++
+	var resources []*anypb.Any
+	for _, p := range d.proxiesOfLocked(s.replica, d.visibleTo(c)) {
+		meta, err := structpb.NewStruct(map[string]any{
+			"CLUSTER_ID": "Kubernetes", "NAMESPACE": p.namespace, "ISTIO_VERSION": d.rev.Version,
+		})
+		if err != nil {
+			d.mu.Unlock()
+			return nil, err
+		}
+		cc := &statusv3.ClientConfig{Node: &corev3.Node{Id: p.id(), Metadata: meta}}
+		for _, t := range syncTypes {
+			cc.GenericXdsConfigs = append(cc.GenericXdsConfigs, &statusv3.ClientConfig_GenericXdsConfig{
+				TypeUrl:      t,
+				ConfigStatus: d.stateLocked(p, t, now).status(),
+				LastUpdated:  timestamppb.New(p.connectedAt),
+			})
+		}
+		a, err := anypb.New(cc)
+		if err != nil {
+			d.mu.Unlock()
+			return nil, err
+		}
+		resources = append(resources, a)
+	}
+	ident := d.identifier(s.replica)
+	d.mu.Unlock()
+	return &discoveryv3.DiscoveryResponse{
+		VersionInfo:  now.Format(time.RFC3339Nano),
+		TypeUrl:      TypeDebugSyncz,
+		Nonce:        strconv.FormatInt(now.UnixNano(), 36),
+		Resources:    resources,
+		ControlPlane: &corev3.ControlPlane{Identifier: ident},
+	}, nil
+}

@@ -1,0 +1,120 @@
+// Package world boots the whole local world: the control plane, the
+// simulated mesh and a Prometheus that scrapes the mesh's request metrics.
+// Tests and the demo share it.
+package world
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/meshwave/meshwave/e2e/cluster"
+	"github.com/meshwave/meshwave/e2e/mesh"
+	"github.com/meshwave/meshwave/e2e/prom"
+)
+
+// MeshJob is the Prometheus job that scrapes the mesh's request metrics.
+const MeshJob = "istio-mesh"
+
+// Options configure a World.
+type Options struct {
+	// Revisions to install; default 1-25 and 1-26.
+	Revisions []mesh.Revision
+	// Tags maps revision tags to revisions.
+	Tags map[string]string
+	// MeshV1 installs the Mesh v1 pod webhook.
+	MeshV1 bool
+	// ReadyDelay is how long the fake kubelet takes to start a pod; default 100ms.
+	ReadyDelay time.Duration
+	// RequestRate is the default requests per second per workload.
+	RequestRate float64
+	// NoPrometheus skips Prometheus, for scenarios that need none.
+	NoPrometheus bool
+	// Dir keeps the world's files; empty means temporary.
+	Dir string
+	// Logf receives diagnostics; nil discards them.
+	Logf func(string, ...any)
+}
+
+// World is the running local world.
+type World struct {
+	Cluster    *cluster.Cluster
+	Mesh       *mesh.Mesh
+	Prometheus *prom.Server
+	// BootTime is how long Start took, Prometheus included.
+	BootTime time.Duration
+}
+
+// DefaultRevisions are the two revisions the scenarios move between.
+func DefaultRevisions() []mesh.Revision {
+	return []mesh.Revision{{Name: "1-25"}, {Name: "1-26"}}
+}
+
+// Start boots everything and returns when it all serves.
+func Start(ctx context.Context, opts Options) (_ *World, err error) {
+	begin := time.Now()
+	if len(opts.Revisions) == 0 {
+		opts.Revisions = DefaultRevisions()
+	}
+	if opts.ReadyDelay == 0 {
+		opts.ReadyDelay = 100 * time.Millisecond
+	}
+	w := &World{}
+	defer func() {
+		if err != nil {
+			w.Stop()
+		}
+	}()
+	cdir := ""
+	if opts.Dir != "" {
+		cdir = opts.Dir + "/cluster"
+	}
+	w.Cluster, err = cluster.Start(ctx, cluster.Options{
+		Kubelet: cluster.KubeletOptions{ReadyDelay: opts.ReadyDelay},
+		Logf:    opts.Logf,
+		Dir:     cdir,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("control plane: %w", err)
+	}
+	w.Mesh, err = mesh.Start(ctx, mesh.Options{
+		Client:      w.Cluster.Client,
+		IPs:         w.Cluster.Kubelet,
+		Revisions:   opts.Revisions,
+		Tags:        opts.Tags,
+		MeshV1:      opts.MeshV1,
+		RequestRate: opts.RequestRate,
+		Logf:        opts.Logf,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("mesh: %w", err)
+	}
+	if !opts.NoPrometheus {
+		pdir := ""
+		if opts.Dir != "" {
+			pdir = opts.Dir + "/prometheus"
+		}
+		w.Prometheus, err = prom.Start(ctx, prom.Options{
+			Targets: []prom.Target{{Job: MeshJob, Addr: w.Mesh.Traffic().Addr()}},
+			Dir:     pdir,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("prometheus: %w", err)
+		}
+	}
+	w.BootTime = time.Since(begin)
+	return w, nil
+}
+
+// Stop stops everything, Prometheus first.
+func (w *World) Stop() {
+	if w.Prometheus != nil {
+		w.Prometheus.Close()
+	}
+	if w.Mesh != nil {
+		w.Mesh.Stop()
+	}
+	if w.Cluster != nil {
+		w.Cluster.Stop()
+	}
+}

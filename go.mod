@@ -1,0 +1,3 @@
+module github.com/meshwave/meshwave
+
+go 1.26
