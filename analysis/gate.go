@@ -1,0 +1,40 @@
+package analysis
+
+import (
+	"context"
+	"time"
+
+	"github.com/meshwave/meshwave/canary"
+)
+
+// Gate is one named check of a wave.
+type Gate interface {
+	// Name is the gate's name in verdicts, events and metrics.
+	Name() string
+	// Evaluate judges the wave at now. A gate that cannot reach what it
+	// asks returns Inconclusive, never an error: a provider's failure is a
+	// result, not a failed reconcile.
+	Evaluate(ctx context.Context, wave canary.WaveUnderTest, now time.Time) canary.Verdict
+}
+
+// Chain runs gates in order and stops at the first that does not pass, so
+// a later gate never judges a wave an earlier one has not cleared.
+type Chain []Gate
+
+// Evaluate returns the verdicts up to and including the first that is not
+// a Pass.
+func (c Chain) Evaluate(ctx context.Context, wave canary.WaveUnderTest, now time.Time) []canary.Verdict {
+	var out []canary.Verdict
+	for _, g := range c {
+		v := g.Evaluate(ctx, wave, now)
+		v.Gate = g.Name()
+		if v.At.IsZero() {
+			v.At = now
+		}
+		out = append(out, v)
+		if v.Result != canary.ResultPass {
+			break
+		}
+	}
+	return out
+}

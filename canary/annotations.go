@@ -1,0 +1,207 @@
+package canary
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Keys a person writes.
+const (
+	// Namespace: opts in and names the revision or tag to move to.
+	AnnotationTargetRevision = "meshwave.io/target-revision"
+	// Namespace: lower values migrate first; default 100.
+	AnnotationPriority = "meshwave.io/priority"
+	// Namespace: "true" starts no new wave.
+	AnnotationPaused = "meshwave.io/paused"
+	// Namespace: "wave" or "all" asks for a rollback now.
+	AnnotationRollback = "meshwave.io/rollback"
+	// Namespace: overrides the configured failure policy.
+	AnnotationFailurePolicy = "meshwave.io/failure-policy"
+	// Deployment: lower values go first; default 100.
+	AnnotationWave = "meshwave.io/wave"
+	// Deployment: "true" is never touched.
+	AnnotationSkip = "meshwave.io/skip"
+	// Deployment: overrides the default readiness timeout.
+	AnnotationReadinessTimeout = "meshwave.io/readiness-timeout"
+)
+
+// Keys the agent writes.
+const (
+	// Namespace: the migration's status, JSON.
+	AnnotationStatus = "meshwave.io/status"
+	// Deployment: the record of the last move, JSON.
+	AnnotationMove = "meshwave.io/move"
+)
+
+// Istio's keys.
+const (
+	LabelRev              = "istio.io/rev"
+	LabelTag              = "istio.io/tag"
+	LabelInjection        = "istio-injection"
+	AnnotationSidecar     = "sidecar.istio.io/status"
+	AnnotationTemplates   = "inject.istio.io/templates"
+	AnnotationRestartedAt = "kubectl.kubernetes.io/restartedAt"
+)
+
+// Defaults of the per-object annotations.
+const (
+	DefaultPriority = 100
+	DefaultWave     = 100
+)
+
+// InputError is a value a person wrote that meshwave cannot use. Its
+// message names the key, the object, the value and what was expected.
+type InputError struct {
+	Key string
+	// Kind is "namespace" or "deployment"; Namespace and Name locate it.
+	Kind      string
+	Namespace string
+	Name      string
+	Value     string
+	Expected  string
+}
+
+// Object names the object the way the message does: "namespace shop" or
+// "deployment shop/cart".
+func (e InputError) Object() string {
+	if e.Kind == "namespace" {
+		return "namespace " + e.Name
+	}
+	return e.Kind + " " + e.Namespace + "/" + e.Name
+}
+
+func (e InputError) Error() string {
+	return fmt.Sprintf("%s on %s: %q is not %s", e.Key, e.Object(), e.Value, e.Expected)
+}
+
+// NamespaceSettings are the validated annotations of an opted-in namespace.
+type NamespaceSettings struct {
+	Target        string
+	Priority      int
+	Paused        bool
+	Rollback      RollbackScope
+	FailurePolicy FailurePolicy // "" when the namespace does not override it
+}
+
+// RollbackScope is what a manual rollback returns to the source.
+type RollbackScope string
+
+const (
+	RollbackNone RollbackScope = ""
+	RollbackWave RollbackScope = "wave"
+	RollbackAll  RollbackScope = "all"
+)
+
+// FailurePolicy is what a failed wave leads to.
+type FailurePolicy string
+
+const (
+	PolicyRollbackWave FailurePolicy = "RollbackWave"
+	PolicyPause        FailurePolicy = "Pause"
+	PolicyContinue     FailurePolicy = "Continue"
+)
+
+// ParseFailurePolicy validates a failure policy name.
+func ParseFailurePolicy(s string) (FailurePolicy, bool) {
+	switch p := FailurePolicy(s); p {
+	case PolicyRollbackWave, PolicyPause, PolicyContinue:
+		return p, true
+	}
+	return "", false
+}
+
+// ParseNamespace validates a namespace's meshwave annotations. It returns
+// every problem, not only the first, so one Event can name them all.
+func ParseNamespace(name string, annotations map[string]string) (NamespaceSettings, []InputError) {
+	s := NamespaceSettings{Priority: DefaultPriority}
+	var errs []InputError
+	bad := func(key, value, expected string) {
+		errs = append(errs, InputError{Key: key, Kind: "namespace", Namespace: name, Name: name, Value: value, Expected: expected})
+	}
+	if v, ok := annotations[AnnotationTargetRevision]; ok {
+		// The value becomes the istio.io/rev label, so it must be a valid
+		// label value; an empty one would leave the namespace unlabelled.
+		if v == "" || len(validation.IsValidLabelValue(v)) > 0 {
+			bad(AnnotationTargetRevision, v, "a revision or tag name (a non-empty label value)")
+		}
+		s.Target = v
+	}
+	if v, ok := annotations[AnnotationPriority]; ok {
+		p, err := strconv.Atoi(v)
+		if err != nil || p < -1_000_000 || p > 1_000_000 {
+			bad(AnnotationPriority, v, "an integer between -1000000 and 1000000")
+		} else {
+			s.Priority = p
+		}
+	}
+	if v, ok := annotations[AnnotationPaused]; ok {
+		switch v {
+		case "true":
+			s.Paused = true
+		case "false":
+		default:
+			bad(AnnotationPaused, v, `"true" or "false"`)
+		}
+	}
+	if v, ok := annotations[AnnotationRollback]; ok {
+		switch RollbackScope(v) {
+		case RollbackWave, RollbackAll:
+			s.Rollback = RollbackScope(v)
+		default:
+			bad(AnnotationRollback, v, `"wave" or "all"`)
+		}
+	}
+	if v, ok := annotations[AnnotationFailurePolicy]; ok {
+		p, valid := ParseFailurePolicy(v)
+		if !valid {
+			bad(AnnotationFailurePolicy, v, `one of "RollbackWave", "Pause" or "Continue"`)
+		}
+		s.FailurePolicy = p
+	}
+	return s, errs
+}
+
+// WorkloadSettings are the validated annotations of a Deployment.
+type WorkloadSettings struct {
+	Wave             int
+	Skip             bool
+	ReadinessTimeout time.Duration // 0 means the configured default
+}
+
+// ParseWorkload validates a Deployment's meshwave annotations.
+func ParseWorkload(namespace, name string, annotations map[string]string) (WorkloadSettings, []InputError) {
+	s := WorkloadSettings{Wave: DefaultWave}
+	var errs []InputError
+	bad := func(key, value, expected string) {
+		errs = append(errs, InputError{Key: key, Kind: "deployment", Namespace: namespace, Name: name, Value: value, Expected: expected})
+	}
+	if v, ok := annotations[AnnotationWave]; ok {
+		w, err := strconv.Atoi(v)
+		if err != nil || w < 0 || w > 1_000_000 {
+			bad(AnnotationWave, v, "a non-negative integer")
+		} else {
+			s.Wave = w
+		}
+	}
+	if v, ok := annotations[AnnotationSkip]; ok {
+		switch v {
+		case "true":
+			s.Skip = true
+		case "false":
+		default:
+			bad(AnnotationSkip, v, `"true" or "false"`)
+		}
+	}
+	if v, ok := annotations[AnnotationReadinessTimeout]; ok {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			bad(AnnotationReadinessTimeout, v, `a positive Go duration such as "90s" or "10m"`)
+		} else {
+			s.ReadinessTimeout = d
+		}
+	}
+	return s, errs
+}

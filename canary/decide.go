@@ -1,0 +1,1049 @@
+package canary
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Config holds the settings the decisions depend on.
+type Config struct {
+	Sizes WaveSizes
+	// Concurrency is how many namespaces migrate at once; default 1.
+	Concurrency int
+	// ReadinessTimeout bounds each workload's rollout; default 5m.
+	ReadinessTimeout time.Duration
+	// DelayBetweenWaves is the wait after a wave passes; default 30s.
+	DelayBetweenWaves time.Duration
+	// PersistAnnotations is the allow-list of pod-only settings copied into
+	// templates; default DefaultPersistAnnotations.
+	PersistAnnotations []string
+	// FailurePolicy applies when a gate fails; default RollbackWave.
+	FailurePolicy FailurePolicy
+	// MaxFailedPercent bounds the Continue policy; default 0.
+	MaxFailedPercent float64
+	// InconclusiveLimit is how many inconclusive results in a row are
+	// retried before the namespace pauses; default 3.
+	InconclusiveLimit int
+	// PrecheckRetry is how soon a precheck that may fix itself (istiod not
+	// ready yet) runs again; default 30s.
+	PrecheckRetry time.Duration
+	// RequiredPasses is how many consecutive passes of the metric checks a
+	// wave needs; default 1.
+	RequiredPasses int
+	// AnalysisInterval is the time between two runs of the metric checks;
+	// default 30s.
+	AnalysisInterval time.Duration
+}
+
+// WithDefaults fills in the zero values.
+func (c Config) WithDefaults() Config {
+	c.Sizes = c.Sizes.withDefaults()
+	if c.Concurrency <= 0 {
+		c.Concurrency = 1
+	}
+	c.ReadinessTimeout = durationOr(c.ReadinessTimeout, 5*time.Minute)
+	c.PrecheckRetry = durationOr(c.PrecheckRetry, 30*time.Second)
+	if c.PersistAnnotations == nil {
+		c.PersistAnnotations = DefaultPersistAnnotations
+	}
+	if c.FailurePolicy == "" {
+		c.FailurePolicy = PolicyRollbackWave
+	}
+	if c.InconclusiveLimit <= 0 {
+		c.InconclusiveLimit = 3
+	}
+	if c.RequiredPasses <= 0 {
+		c.RequiredPasses = 1
+	}
+	c.AnalysisInterval = durationOr(c.AnalysisInterval, 30*time.Second)
+	return c
+}
+
+// Input is everything a decision depends on.
+type Input struct {
+	Snapshot Snapshot
+	// Status is the recorded status; nil when there is none.
+	Status *Status
+	// Verdicts are the gate results for WaveToVerify's wave, in chain
+	// order; nil when they were not evaluated.
+	Verdicts []Verdict
+	Now      time.Time
+	Config   Config
+}
+
+// EventType is a Kubernetes Event type.
+type EventType string
+
+const (
+	EventNormal  EventType = "Normal"
+	EventWarning EventType = "Warning"
+)
+
+// Event is a Kubernetes Event to record on the namespace or a Deployment.
+type Event struct {
+	// Deployment is the Deployment the event is about; "" for the namespace.
+	Deployment string
+	Type       EventType
+	Reason     string
+	Message    string
+}
+
+// Move is one Deployment patch.
+type Move struct {
+	Workload string
+	Record   MoveRecord
+	Patch    []byte
+}
+
+// Decision is what to do next. The agent applies it in order: the status
+// (with the paused and rollback annotations), the label, the moves, then
+// the events.
+type Decision struct {
+	// Status is the status to write; nil when it did not change.
+	Status *Status
+	// Label is the istio.io/rev value to set; "" leaves it.
+	Label string
+	// Moves are the Deployment patches.
+	Moves []Move
+	// SetPaused adds meshwave.io/paused: "true": meshwave paused the
+	// namespace and a person removes the annotation to resume.
+	SetPaused bool
+	// ClearRollback removes meshwave.io/rollback once it has been acted on.
+	ClearRollback bool
+	Events        []Event
+	// RequeueAfter asks for another look after this long; 0 waits for a
+	// change in the cluster.
+	RequeueAfter time.Duration
+}
+
+// soon is the requeue for "look again as soon as the writes are visible".
+const soon = 100 * time.Millisecond
+
+// Decide is the phase machine: from the recorded status, the snapshot and
+// the gate verdicts it computes the next status and the writes that get
+// there. It is pure: the same input gives the same decision.
+func Decide(in Input) Decision {
+	d := &decider{in: in, cfg: in.Config.WithDefaults(), now: in.Now, snap: in.Snapshot, ns: in.Snapshot.Namespace.Name}
+	d.run()
+	return d.out
+}
+
+type decider struct {
+	in       Input
+	cfg      Config
+	now      time.Time
+	snap     Snapshot
+	ns       string
+	settings NamespaceSettings
+	st       *Status
+	out      Decision
+}
+
+func (d *decider) run() {
+	prev := d.in.Status
+	settings, errs := ParseNamespace(d.ns, d.snap.Namespace.Annotations)
+	d.settings = settings
+	if _, opted := d.snap.Namespace.Annotations[AnnotationTargetRevision]; !opted {
+		d.optedOut(prev)
+		return
+	}
+	for _, w := range sortedWorkloads(d.snap.Deployments) {
+		_, werrs := ParseWorkload(w.Namespace, w.Name, w.Annotations)
+		errs = append(errs, werrs...)
+	}
+	d.st = prev.DeepCopy()
+	if d.st == nil || d.st.Target != settings.Target || d.st.Phase == PhaseStopped {
+		d.st = &Status{Phase: PhasePending, Target: settings.Target}
+	}
+	if len(errs) > 0 {
+		d.blockInvalid(prev, errs)
+		d.finish(prev)
+		return
+	}
+	rev, ok := d.snap.Mesh.Resolve(settings.Target)
+	if !ok {
+		d.blockInvalid(prev, []InputError{unresolvedTarget(d.ns, settings.Target)})
+		d.finish(prev)
+		return
+	}
+	if d.st.TargetRevision != "" && d.st.TargetRevision != rev && !terminal(d.st.Phase) {
+		// A tag was repointed mid-way: this is a migration to somewhere else.
+		d.event("", EventWarning, "TargetChanged", fmt.Sprintf("%s now resolves to %s instead of %s; starting over", settings.Target, rev, d.st.TargetRevision))
+		d.st = &Status{Phase: PhasePending, Target: settings.Target}
+	}
+	d.st.TargetRevision = rev
+	if d.st.Phase == PhaseBlocked {
+		d.st.Phase = d.st.BlockedPhase
+		if d.st.Phase == "" {
+			d.st.Phase = PhasePending
+		}
+		d.st.BlockedPhase, d.st.Reason = "", ""
+	}
+	switch d.st.Phase {
+	case PhasePending:
+		d.pending()
+	case PhaseMigrating, PhaseAnalyzing:
+		d.migrating()
+	case PhasePaused:
+		d.paused()
+	case PhaseRollingBack:
+		d.rollingBack()
+	case PhaseCompleted, PhaseRolledBack:
+		d.finished()
+	}
+	d.finish(prev)
+}
+
+// optedOut handles a namespace whose target annotation is gone: an
+// unfinished migration stops where it is; nothing is undone.
+func (d *decider) optedOut(prev *Status) {
+	if prev == nil || terminal(prev.Phase) {
+		return
+	}
+	d.st = prev.DeepCopy()
+	d.st.Phase = PhaseStopped
+	d.st.BlockedPhase = ""
+	d.st.NextWaveAt = nil
+	if d.st.Wave == 0 {
+		d.st.Reason = AnnotationTargetRevision + " was removed before the first wave; nothing was changed"
+	} else {
+		d.st.Reason = fmt.Sprintf("%s was removed: the migration stopped at wave %d of %d and nothing was undone", AnnotationTargetRevision, d.st.Wave, d.st.TotalWaves)
+	}
+	d.event("", EventNormal, "Stopped", d.st.Reason)
+	d.out.Status = d.st
+}
+
+func (d *decider) blockInvalid(prev *Status, errs []InputError) {
+	st := d.st
+	if st.Phase != PhaseBlocked && st.Phase != PhasePending {
+		st.BlockedPhase = st.Phase
+	}
+	st.Phase = PhaseBlocked
+	msgs := make([]string, 0, len(errs))
+	for _, e := range errs {
+		msgs = append(msgs, e.Error())
+	}
+	st.Reason = "invalid input: " + strings.Join(msgs, "; ")
+	if prev != nil && prev.Phase == PhaseBlocked && prev.Reason == st.Reason {
+		return
+	}
+	for _, e := range errs {
+		dep := ""
+		if e.Kind == "deployment" {
+			dep = e.Name
+		}
+		d.event(dep, EventWarning, "InvalidAnnotation", e.Error())
+	}
+	if len(errs) > 0 && errs[0].Kind == "deployment" {
+		d.event("", EventWarning, "InvalidAnnotation", st.Reason)
+	}
+}
+
+func (d *decider) blockPrecheck(reason string, retry bool) {
+	st := d.st
+	st.Phase = PhaseBlocked
+	st.Reason = "precheck failed: " + reason
+	if d.in.Status == nil || d.in.Status.Reason != st.Reason {
+		d.event("", EventWarning, "PrecheckFailed", reason)
+	}
+	if retry {
+		d.requeue(d.cfg.PrecheckRetry)
+	}
+}
+
+// pending runs the precheck, waits for the namespace's turn, and starts
+// the first wave.
+func (d *decider) pending() {
+	st := d.st
+	if d.settings.Rollback != RollbackNone {
+		d.out.ClearRollback = true
+		d.event("", EventNormal, "RollbackIgnored", "nothing to roll back: no wave has started")
+	}
+	reason, retry, source, sourceRev := d.precheck()
+	if reason != "" {
+		d.blockPrecheck(reason, retry)
+		return
+	}
+	plan := d.plan()
+	if plan.Remaining() == 0 && len(plan.Moved) == 0 {
+		// Every injected workload already runs the target.
+		d.ensureLabel(st.Target)
+		st.Phase, st.Reason = PhaseCompleted, fmt.Sprintf("every injected workload already runs %s", st.TargetRevision)
+		st.CompletedAt = timePtr(d.now)
+		d.event("", EventNormal, "Completed", st.Reason)
+		return
+	}
+	if ok, why := Admit(Peer{Name: d.ns, Priority: d.settings.Priority, Phase: PhasePending}, d.snap.Peers, d.cfg.Concurrency); !ok {
+		st.Phase, st.Reason = PhasePending, why
+		return
+	}
+	if d.settings.Paused {
+		st.Phase, st.Reason = PhasePaused, "paused by "+AnnotationPaused+" before the first wave"
+		st.PausedAt = timePtr(d.now)
+		d.event("", EventNormal, "Paused", st.Reason)
+		return
+	}
+	st.Phase, st.Reason = PhaseMigrating, ""
+	st.SourceLabel, st.SourceRevision = source, sourceRev
+	st.StartedAt = timePtr(d.now)
+	st.Warnings = d.warnings(plan)
+	d.event("", EventNormal, "MigrationStarted", fmt.Sprintf("moving %d workloads from %s to %s in %d waves", plan.Remaining(), sourceRev, st.TargetRevision, len(plan.Waves)))
+	for _, w := range st.Warnings {
+		d.event("", EventWarning, "PrecheckWarning", w)
+	}
+	for _, x := range plan.Excluded {
+		if strings.HasPrefix(x.Reason, "gateway") {
+			d.event(x.Workload, EventNormal, "Skipped", x.Reason+": never restarted by meshwave; migrate it after its namespace")
+		}
+	}
+	d.startWave(d.plan())
+}
+
+// precheck returns why the migration cannot start ("" when it can),
+// whether that may fix itself, and the source label and revision.
+func (d *decider) precheck() (reason string, retry bool, source, sourceRev string) {
+	ns := d.snap.Namespace
+	if v, ok := ns.Labels[LabelInjection]; ok {
+		return fmt.Sprintf("namespace carries %s=%s, which takes precedence over %s, so switching %s would move nothing; move it to %s first", LabelInjection, v, LabelRev, LabelRev, LabelRev), false, "", ""
+	}
+	label, ok := ns.Labels[LabelRev]
+	if !ok {
+		return fmt.Sprintf("namespace has no %s label; meshwave moves namespaces that select their revision with %s", LabelRev, LabelRev), false, "", ""
+	}
+	sourceRev, ok = d.snap.Mesh.Resolve(label)
+	if !ok {
+		return fmt.Sprintf("its source revision %s=%s is not installed (no injector webhook configuration), so a rollback would have nowhere to go", LabelRev, label), true, "", ""
+	}
+	source = label
+	if sourceRev == d.st.TargetRevision {
+		// The label was switched by hand; the pods say where they come from.
+		if rev := d.podSourceRevision(); rev != "" {
+			source, sourceRev = rev, rev
+		}
+	}
+	if rev, ok := d.snap.Mesh.Revisions[d.st.TargetRevision]; !ok || rev.ReadyIstiods == 0 {
+		return fmt.Sprintf("revision %s has no Ready istiod pod (%d pods)", d.st.TargetRevision, rev.Istiods), true, "", ""
+	}
+	injected := false
+	for _, w := range d.snap.Deployments {
+		for _, p := range w.Pods {
+			if p.Injected() && !p.Terminating {
+				injected = true
+			}
+		}
+	}
+	if !injected {
+		return fmt.Sprintf("nothing to migrate: no Deployment has an injected pod; %s stays %s", LabelRev, label), false, "", ""
+	}
+	return "", false, source, sourceRev
+}
+
+// podSourceRevision is the revision most injected pods run, other than the
+// target.
+func (d *decider) podSourceRevision() string {
+	count := map[string]int{}
+	for _, w := range d.snap.Deployments {
+		for _, p := range w.Pods {
+			if p.Injected() && p.Revision != d.st.TargetRevision {
+				count[p.Revision]++
+			}
+		}
+	}
+	best := ""
+	for _, rev := range sortedKeys(count) {
+		if best == "" || count[rev] > count[best] {
+			best = rev
+		}
+	}
+	return best
+}
+
+// warnings are the risks the precheck reports without blocking.
+func (d *decider) warnings(plan NamespacePlan) []string {
+	var out []string
+	inPlan := map[string]bool{}
+	for _, w := range plan.Waves {
+		for _, p := range w {
+			inPlan[p.Name] = true
+		}
+	}
+	for _, w := range sortedWorkloads(d.snap.Deployments) {
+		if inPlan[w.Name] && w.Replicas == 1 && !w.HasPDB {
+			out = append(out, fmt.Sprintf("deployment %s has one replica and no PodDisruptionBudget: it is unavailable while it restarts", w.Name))
+		}
+	}
+	for _, x := range plan.Excluded {
+		if strings.HasPrefix(x.Reason, "gateway") {
+			out = append(out, fmt.Sprintf("deployment %s is a %s and is skipped: once %s switches, a restarted gateway pod is injected by %s", x.Workload, x.Reason, LabelRev, d.st.TargetRevision))
+		}
+	}
+	if len(out) > maxWarnings {
+		out = append(out[:maxWarnings-1], fmt.Sprintf("and %d more", len(out)-maxWarnings+1))
+	}
+	return out
+}
+
+// plan is the namespace's plan for the current migration, without the
+// workloads of the wave in flight.
+func (d *decider) plan() NamespacePlan {
+	p := PlanNamespace(d.ns, d.snap.Deployments, d.st.TargetRevision, d.st.MigrationID(), d.st.Wave, d.cfg.Sizes)
+	members := map[string]bool{}
+	for _, m := range d.st.Workloads {
+		members[m.Name] = true
+	}
+	var waves [][]Planned
+	for _, w := range p.Waves {
+		var keep []Planned
+		for _, x := range w {
+			if !members[x.Name] {
+				keep = append(keep, x)
+			}
+		}
+		if len(keep) > 0 {
+			waves = append(waves, keep)
+		}
+	}
+	p.Waves = waves
+	return p
+}
+
+func (d *decider) startWave(plan NamespacePlan) {
+	st := d.st
+	if len(plan.Waves) == 0 {
+		d.complete()
+		return
+	}
+	st.Wave++
+	st.WaveState = WaveVerifying
+	st.Workloads = nil
+	var names []string
+	for _, p := range plan.Waves[0] {
+		st.Workloads = append(st.Workloads, WorkloadState{Name: p.Name, State: StateMoving})
+		names = append(names, p.Name)
+	}
+	st.WaveStartedAt, st.GatesSince = timePtr(d.now), timePtr(d.now)
+	st.NextWaveAt, st.Analysis, st.Verdicts = nil, nil, nil
+	st.Phase, st.Reason = PhaseMigrating, ""
+	kind := ""
+	if st.Wave == 1 {
+		kind = " (canary)"
+	}
+	d.event("", EventNormal, "WaveStarted", fmt.Sprintf("wave %d/%d%s started: %s", st.Wave, st.Wave+len(plan.Waves)-1, kind, strings.Join(names, ", ")))
+	d.ensureLabel(st.Target)
+	d.ensureMoves()
+}
+
+// migrating drives the wave in flight.
+func (d *decider) migrating() {
+	st := d.st
+	if d.settings.Rollback != RollbackNone {
+		d.startRollback(d.settings.Rollback, "requested with "+AnnotationRollback+"="+string(d.settings.Rollback))
+		return
+	}
+	d.ensureLabel(st.Target)
+	switch st.WaveState {
+	case WavePassed:
+		d.betweenWaves()
+	case WaveVerifying:
+		if d.ensureMoves() {
+			return
+		}
+		d.judge()
+	default:
+		d.requeue(soon)
+	}
+}
+
+func (d *decider) ensureLabel(value string) {
+	if value != "" && d.snap.Namespace.Labels[LabelRev] != value {
+		d.out.Label = value
+	}
+}
+
+// ensureMoves issues the patch of every member of the wave that has no
+// record of this move yet: after a restart of the agent between the status
+// write and the patches, exactly the missing ones are sent. It reports
+// whether any was issued.
+func (d *decider) ensureMoves() bool {
+	st := d.st
+	byName := d.workloads()
+	kept := st.Workloads[:0]
+	issued := false
+	for _, m := range st.Workloads {
+		w, ok := byName[m.Name]
+		if !ok {
+			d.event("", EventWarning, "WorkloadGone", fmt.Sprintf("deployment %s left wave %d: it no longer exists", m.Name, st.Wave))
+			continue
+		}
+		kept = append(kept, m)
+		if m.State != StateMoving {
+			continue
+		}
+		if r, ok := movedIn(w, st.MigrationID()); ok && r.Wave == st.Wave {
+			continue
+		}
+		rec := MoveRecord{Revision: st.TargetRevision, From: st.SourceRevision, Wave: st.Wave, At: d.now, Migration: st.MigrationID()}
+		d.addMove(w, rec, fmt.Sprintf("moving to %s in wave %d", st.TargetRevision, st.Wave))
+		issued = true
+	}
+	st.Workloads = kept
+	if len(kept) == 0 && st.WaveState == WaveVerifying {
+		d.wavePassed()
+		return true
+	}
+	return issued
+}
+
+func (d *decider) addMove(w Workload, rec MoveRecord, message string) {
+	patch, err := MovePatch(w, PersistedSettings(w, d.cfg.PersistAnnotations), rec)
+	if err != nil {
+		// A record always marshals; nothing a person wrote reaches here.
+		panic(fmt.Sprintf("canary: move patch for %s/%s: %v", w.Namespace, w.Name, err))
+	}
+	d.out.Moves = append(d.out.Moves, Move{Workload: w.Name, Record: rec, Patch: patch})
+	d.event(w.Name, EventNormal, "Restarted", message)
+}
+
+func (d *decider) workloads() map[string]Workload {
+	out := make(map[string]Workload, len(d.snap.Deployments))
+	for _, w := range d.snap.Deployments {
+		out[w.Name] = w
+	}
+	return out
+}
+
+// judge applies the gate verdicts to the wave.
+func (d *decider) judge() {
+	st := d.st
+	verdicts := d.in.Verdicts
+	if verdicts == nil {
+		d.requeue(soon)
+		return
+	}
+	v, notPassed := First(verdicts)
+	if !notPassed || v.Analysis {
+		// Every gate before the metric checks passed: the wave is up, and
+		// its bake time counts from the first time that is seen.
+		if a := d.analysisState(); a.ReadyAt == nil {
+			a.ReadyAt = timePtr(d.now)
+		}
+		st.Phase = PhaseAnalyzing
+	} else {
+		st.Phase = PhaseMigrating
+	}
+	d.recordChecks(verdicts)
+	if notPassed && v.Deferred {
+		d.requeue(v.RetryAfter)
+		return
+	}
+	st.Verdicts = trimVerdicts(verdicts)
+	if !notPassed {
+		d.resetInconclusive()
+		if hasAnalysis(verdicts) {
+			a := d.analysisState()
+			a.ConsecutivePasses++
+			if a.ConsecutivePasses < d.cfg.RequiredPasses {
+				d.requeue(d.cfg.AnalysisInterval)
+				return
+			}
+		}
+		d.wavePassed()
+		return
+	}
+	if v.Analysis && v.Result != ResultPending {
+		d.analysisState().ConsecutivePasses = 0
+	}
+	switch v.Result {
+	case ResultPending:
+		d.requeue(v.RetryAfter)
+	case ResultInconclusive:
+		a := d.analysisState()
+		a.Inconclusive++
+		if a.Inconclusive >= d.cfg.InconclusiveLimit {
+			st.WaveState = WaveFailed
+			d.pause(fmt.Sprintf("wave %d paused: %s inconclusive %d times: %s", st.Wave, v.Gate, a.Inconclusive, v.Reason))
+			return
+		}
+		d.requeue(v.RetryAfter)
+	case ResultFail:
+		d.resetInconclusive()
+		d.waveFailed(v)
+	}
+}
+
+// recordChecks remembers when each outside system was last asked.
+func (d *decider) recordChecks(verdicts []Verdict) {
+	for _, v := range verdicts {
+		if !v.Checked {
+			continue
+		}
+		a := d.analysisState()
+		if a.Checked == nil {
+			a.Checked = map[string]time.Time{}
+		}
+		a.Checked[v.Gate] = d.now
+	}
+}
+
+func hasAnalysis(vs []Verdict) bool {
+	for _, v := range vs {
+		if v.Analysis {
+			return true
+		}
+	}
+	return false
+}
+
+func (d *decider) analysisState() *AnalysisState {
+	if d.st.Analysis == nil {
+		d.st.Analysis = &AnalysisState{}
+	}
+	return d.st.Analysis
+}
+
+func (d *decider) resetInconclusive() {
+	if d.st.Analysis != nil {
+		d.st.Analysis.Inconclusive = 0
+	}
+}
+
+func (d *decider) policy() FailurePolicy {
+	if d.settings.FailurePolicy != "" {
+		return d.settings.FailurePolicy
+	}
+	return d.cfg.FailurePolicy
+}
+
+// waveFailed records the failed workloads and applies the failure policy.
+func (d *decider) waveFailed(v Verdict) {
+	st := d.st
+	failed := map[string]string{}
+	for _, f := range v.Failed {
+		failed[f.Name] = f.Reason
+	}
+	if len(failed) == 0 {
+		for _, m := range st.Workloads {
+			if m.State == StateMoving {
+				failed[m.Name] = v.Reason
+			}
+		}
+	}
+	for i, m := range st.Workloads {
+		reason, ok := failed[m.Name]
+		if !ok || m.State != StateMoving {
+			continue
+		}
+		st.Workloads[i].State, st.Workloads[i].Reason = StateFailed, reason
+		st.addFailure(Failure{Workload: m.Name, Wave: st.Wave, Gate: v.Gate, Reason: reason, At: d.now})
+		d.event(m.Name, EventWarning, "WorkloadFailed", fmt.Sprintf("wave %d, %s: %s", st.Wave, v.Gate, reason))
+	}
+	summary := fmt.Sprintf("wave %d failed: %s", st.Wave, v)
+	switch d.policy() {
+	case PolicyRollbackWave:
+		d.startRollback(RollbackWave, summary)
+	case PolicyPause:
+		st.WaveState = WaveFailed
+		d.pause(summary + "; paused by failure policy Pause")
+	case PolicyContinue:
+		total := d.eligible()
+		nFailed := st.PastFailed + d.countMembers(StateFailed)
+		pct := 100 * float64(nFailed) / float64(max(total, 1))
+		if pct > d.cfg.MaxFailedPercent {
+			st.WaveState = WaveFailed
+			d.pause(fmt.Sprintf("%s; %d of %d workloads failed (%.0f%%), over maxFailedPercent %g", summary, nFailed, total, pct, d.cfg.MaxFailedPercent))
+			return
+		}
+		d.event("", EventWarning, "FailureTolerated", fmt.Sprintf("%s; %d of %d workloads failed (%.0f%%), within maxFailedPercent %g: continuing", summary, nFailed, total, pct, d.cfg.MaxFailedPercent))
+		if d.countMembers(StateMoving) == 0 {
+			d.wavePassed()
+			return
+		}
+		d.requeue(soon)
+	}
+}
+
+func (d *decider) countMembers(state string) int {
+	n := 0
+	for _, m := range d.st.Workloads {
+		if m.State == state {
+			n++
+		}
+	}
+	return n
+}
+
+// eligible counts the workloads the migration concerns: those moved or to
+// move, and the wave's members not yet recorded as moved.
+func (d *decider) eligible() int {
+	p := d.plan()
+	n := p.Remaining() + len(p.Moved)
+	moved := map[string]bool{}
+	for _, name := range p.Moved {
+		moved[name] = true
+	}
+	for _, m := range d.st.Workloads {
+		if !moved[m.Name] {
+			n++
+		}
+	}
+	return n
+}
+
+func (d *decider) wavePassed() {
+	st := d.st
+	var moved []string
+	for i, m := range st.Workloads {
+		if m.State == StateMoving {
+			st.Workloads[i].State = StateMoved
+			moved = append(moved, m.Name)
+		}
+	}
+	st.WaveState = WavePassed
+	st.Phase = PhaseMigrating
+	gates := make([]string, 0, len(st.Verdicts))
+	for _, v := range st.Verdicts {
+		gates = append(gates, v.Gate)
+	}
+	msg := fmt.Sprintf("wave %d passed", st.Wave)
+	if len(gates) > 0 {
+		msg += " (" + strings.Join(gates, ", ") + ")"
+	}
+	if len(moved) > 0 {
+		msg += ": moved " + strings.Join(moved, ", ")
+	}
+	d.event("", EventNormal, "WavePassed", msg)
+	if d.plan().Remaining() == 0 {
+		d.complete()
+		return
+	}
+	st.NextWaveAt = timePtr(d.now.Add(d.cfg.DelayBetweenWaves))
+	d.betweenWaves()
+}
+
+func (d *decider) betweenWaves() {
+	st := d.st
+	if d.settings.Paused {
+		d.pauseByPerson(fmt.Sprintf("paused by %s after wave %d", AnnotationPaused, st.Wave))
+		return
+	}
+	if st.NextWaveAt != nil && d.now.Before(*st.NextWaveAt) {
+		d.requeue(st.NextWaveAt.Sub(d.now))
+		return
+	}
+	// The previous wave is done: its failures stay counted, and the plan
+	// no longer needs to leave its members out.
+	st.PastFailed += d.countMembers(StateFailed)
+	st.Workloads = nil
+	d.startWave(d.plan())
+}
+
+func (d *decider) complete() {
+	st := d.st
+	st.Phase = PhaseCompleted
+	st.WaveState, st.NextWaveAt, st.Analysis = "", nil, nil
+	st.CompletedAt = timePtr(d.now)
+	st.PastFailed += d.countMembers(StateFailed)
+	st.Workloads = nil
+	p := d.plan()
+	moved := len(p.Moved) - st.PastFailed
+	st.Reason = fmt.Sprintf("moved %d workloads to %s in %d waves", moved, st.TargetRevision, st.Wave)
+	if st.PastFailed > 0 {
+		st.Reason += fmt.Sprintf("; %d failed and stayed where they were", st.PastFailed)
+	}
+	d.event("", EventNormal, "Completed", st.Reason)
+}
+
+// pause stops the migration for a reason of meshwave's own, and sets
+// meshwave.io/paused so that a person resumes it by removing that.
+func (d *decider) pause(reason string) {
+	st := d.st
+	st.Phase, st.Reason = PhasePaused, reason
+	st.PausedAt = timePtr(d.now)
+	st.NextWaveAt = nil
+	if !d.settings.Paused {
+		d.out.SetPaused = true
+		st.PausedByAgent = true
+	}
+	d.event("", EventWarning, "Paused", reason+"; remove "+AnnotationPaused+" to resume")
+}
+
+func (d *decider) pauseByPerson(reason string) {
+	st := d.st
+	st.Phase, st.Reason = PhasePaused, reason
+	st.PausedAt = timePtr(d.now)
+	st.NextWaveAt = nil
+	d.event("", EventNormal, "Paused", reason)
+}
+
+// paused waits for meshwave.io/paused to go, then resumes: a failed wave
+// is checked again with fresh timers.
+func (d *decider) paused() {
+	st := d.st
+	if d.settings.Rollback != RollbackNone && st.Wave > 0 {
+		d.resumeClock()
+		d.startRollback(d.settings.Rollback, "requested with "+AnnotationRollback+"="+string(d.settings.Rollback))
+		return
+	}
+	if d.settings.Paused {
+		return
+	}
+	d.resumeClock()
+	d.event("", EventNormal, "Resumed", fmt.Sprintf("%s was removed; resuming at wave %d", AnnotationPaused, st.Wave))
+	st.Reason, st.PausedByAgent = "", false
+	if st.Wave == 0 {
+		st.Phase = PhasePending
+		d.pending()
+		return
+	}
+	switch st.WaveState {
+	case WaveFailed:
+		for i, m := range st.Workloads {
+			if m.State == StateFailed {
+				st.Workloads[i].State, st.Workloads[i].Reason = StateMoving, ""
+			}
+		}
+		st.WaveState = WaveVerifying
+		st.GatesSince, st.Analysis = timePtr(d.now), nil
+	case WaveRollingBack:
+		st.Phase = PhaseRollingBack
+		st.GatesSince, st.Analysis = timePtr(d.now), nil
+		d.rollingBack()
+		return
+	case WavePassed:
+		st.NextWaveAt = timePtr(d.now)
+	}
+	st.Phase = PhaseMigrating
+	d.migrating()
+}
+
+func (d *decider) resumeClock() {
+	st := d.st
+	if st.PausedAt != nil {
+		st.PausedSeconds += d.now.Sub(*st.PausedAt).Seconds()
+		st.PausedAt = nil
+	}
+}
+
+// startRollback returns the wave (or every moved workload) to the source.
+func (d *decider) startRollback(scope RollbackScope, why string) {
+	st := d.st
+	d.out.ClearRollback = d.settings.Rollback != RollbackNone
+	st.Phase, st.Rollback, st.WaveState = PhaseRollingBack, scope, WaveRollingBack
+	st.Reason = why
+	st.GatesSince, st.NextWaveAt, st.Analysis = timePtr(d.now), nil, nil
+	what := fmt.Sprintf("wave %d", st.Wave)
+	if scope == RollbackAll {
+		what = "every moved workload"
+	}
+	d.event("", EventWarning, "RollingBack", fmt.Sprintf("rolling back %s to %s: %s", what, st.SourceLabel, why))
+	d.rollingBack()
+}
+
+// rollbackMembers are the workloads a rollback returns: with scope wave,
+// those moved in the current wave; with scope all, every workload this
+// migration moved. Both come from the Deployments' records, so the list
+// needs no room in the status.
+func (d *decider) rollbackMembers() []Workload {
+	return RollbackMembers(d.snap, d.st)
+}
+
+// RollbackMembers lists the workloads a rollback in progress returns.
+func RollbackMembers(snap Snapshot, st *Status) []Workload {
+	var out []Workload
+	id := st.MigrationID()
+	for _, w := range sortedWorkloads(snap.Deployments) {
+		r, ok := ReadMoveRecord(w.Annotations)
+		if !ok || r.Migration != id || id == "" {
+			continue
+		}
+		if st.Rollback == RollbackAll || r.Wave == st.Wave {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+func (d *decider) rollingBack() {
+	st := d.st
+	d.ensureLabel(st.SourceLabel)
+	members := d.rollbackMembers()
+	issued := false
+	st.Workloads = nil
+	for _, w := range members {
+		if len(st.Workloads) < maxListed {
+			st.Workloads = append(st.Workloads, WorkloadState{Name: w.Name, State: StateRolledBack})
+		}
+		fwd, ok := movedIn(w, st.MigrationID())
+		if !ok {
+			continue // already rolled back
+		}
+		rec := MoveRecord{Revision: st.SourceRevision, From: st.TargetRevision, Wave: fwd.Wave, At: d.now, Rollback: true, Migration: st.MigrationID()}
+		d.addMove(w, rec, fmt.Sprintf("rolling back to %s", st.SourceRevision))
+		issued = true
+	}
+	if issued {
+		return
+	}
+	verdicts := d.in.Verdicts
+	if verdicts == nil {
+		d.requeue(soon)
+		return
+	}
+	st.Verdicts = trimVerdicts(verdicts)
+	v, notPassed := First(verdicts)
+	if !notPassed {
+		st.Phase = PhaseRolledBack
+		st.WaveState = ""
+		st.CompletedAt = timePtr(d.now)
+		st.Reason = fmt.Sprintf("rolled back %d workloads to %s: %s", len(members), st.SourceRevision, st.Reason)
+		d.event("", EventWarning, "RolledBack", st.Reason)
+		return
+	}
+	switch v.Result {
+	case ResultFail:
+		d.pause(fmt.Sprintf("rollback to %s did not complete: %s", st.SourceRevision, v))
+	case ResultInconclusive:
+		a := d.analysisState()
+		a.Inconclusive++
+		if a.Inconclusive >= d.cfg.InconclusiveLimit {
+			d.pause(fmt.Sprintf("rollback paused: %s inconclusive %d times: %s", v.Gate, a.Inconclusive, v.Reason))
+			return
+		}
+		d.requeue(v.RetryAfter)
+	default:
+		d.requeue(v.RetryAfter)
+	}
+}
+
+// finished handles the terminal phases: a rollback can still be asked of a
+// completed migration.
+func (d *decider) finished() {
+	if d.settings.Rollback == RollbackNone {
+		return
+	}
+	if d.st.Phase == PhaseCompleted && d.st.Wave > 0 {
+		d.startRollback(d.settings.Rollback, "requested with "+AnnotationRollback+"="+string(d.settings.Rollback)+" after completion")
+		return
+	}
+	d.out.ClearRollback = true
+	d.event("", EventNormal, "RollbackIgnored", "nothing to roll back: the namespace is "+string(d.st.Phase))
+}
+
+// maxListed bounds the workload list of a rollback of everything.
+const maxListed = 20
+
+// finish fills in the counts and decides whether the status changed.
+func (d *decider) finish(prev *Status) {
+	st := d.st
+	p := d.plan()
+	c := Counts{Skipped: len(p.Excluded), Pending: p.Remaining()}
+	inWave := map[string]bool{}
+	if st.Phase != PhaseRollingBack && st.Phase != PhaseRolledBack {
+		for _, m := range st.Workloads {
+			inWave[m.Name] = true
+			switch m.State {
+			case StateMoving:
+				c.Moving++
+			case StateMoved:
+				c.Moved++
+			case StateFailed:
+				c.Failed++
+			}
+		}
+	}
+	for _, name := range p.Moved {
+		if !inWave[name] {
+			c.Moved++
+		}
+	}
+	// Earlier waves' failures still carry their move records.
+	c.Moved -= st.PastFailed
+	c.Failed += st.PastFailed
+	if st.Phase == PhaseRollingBack || st.Phase == PhaseRolledBack {
+		for _, w := range d.snap.Deployments {
+			if _, ok := rolledBackIn(w, st.MigrationID()); ok {
+				c.RolledBack++
+			}
+		}
+	}
+	if c.Moved < 0 {
+		c.Moved = 0
+	}
+	c.Total = c.Pending + c.Moving + c.Moved + c.Failed + c.Skipped + c.RolledBack
+	st.Counts = c
+	st.Skipped = p.Excluded
+	if len(st.Skipped) > maxSkipped {
+		st.Skipped = st.Skipped[:maxSkipped]
+	}
+	switch {
+	case st.Wave == 0:
+		st.TotalWaves = len(p.Waves)
+	case st.Phase == PhaseCompleted || st.Phase == PhaseRolledBack || st.Phase == PhaseStopped:
+		st.TotalWaves = st.Wave
+	default:
+		st.TotalWaves = st.Wave + len(p.Waves)
+	}
+	if !st.Equal(prev) {
+		d.out.Status = st
+	}
+	sort.SliceStable(d.out.Moves, func(i, j int) bool { return d.out.Moves[i].Workload < d.out.Moves[j].Workload })
+}
+
+func (d *decider) event(deployment string, typ EventType, reason, message string) {
+	d.out.Events = append(d.out.Events, Event{Deployment: deployment, Type: typ, Reason: reason, Message: message})
+}
+
+func (d *decider) requeue(after time.Duration) {
+	if after <= 0 {
+		after = soon
+	}
+	if d.out.RequeueAfter == 0 || after < d.out.RequeueAfter {
+		d.out.RequeueAfter = after
+	}
+}
+
+// Admit decides whether a namespace may start migrating now: fewer than
+// concurrency namespaces hold a slot, and no pending namespace that comes
+// first by priority and name is waiting for the same slot.
+func Admit(self Peer, peers []Peer, concurrency int) (bool, string) {
+	var active, ahead []string
+	for _, p := range peers {
+		if p.Name == self.Name {
+			continue
+		}
+		if holdsSlot(p.Phase) {
+			active = append(active, p.Name)
+			continue
+		}
+		if (p.Phase == PhasePending || p.Phase == "") && (p.Priority < self.Priority || (p.Priority == self.Priority && p.Name < self.Name)) {
+			ahead = append(ahead, fmt.Sprintf("%s (priority %d)", p.Name, p.Priority))
+		}
+	}
+	sort.Strings(active)
+	free := concurrency - len(active)
+	if free <= 0 {
+		return false, fmt.Sprintf("waiting for a free slot: %d of %d in use by %s", len(active), concurrency, strings.Join(active, ", "))
+	}
+	if len(ahead) >= free {
+		return false, fmt.Sprintf("waiting for its turn: %s go first", strings.Join(ahead, ", "))
+	}
+	return true, ""
+}
+
+// trimVerdicts keeps the status small: at most five measurements per
+// verdict, the worst first as the gates order them.
+func trimVerdicts(vs []Verdict) []Verdict {
+	out := make([]Verdict, len(vs))
+	for i, v := range vs {
+		if len(v.Measurements) > 5 {
+			v.Measurements = v.Measurements[:5]
+		}
+		if len(v.Failed) > 5 {
+			v.Failed = v.Failed[:5]
+		}
+		out[i] = v
+	}
+	return out
+}

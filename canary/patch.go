@@ -1,0 +1,123 @@
+package canary
+
+import (
+	"encoding/json"
+	"sort"
+	"time"
+)
+
+// DefaultPersistAnnotations are the pod-only settings the runbook's "Persist
+// the Mesh v1 pod settings" section copies into a workload's template:
+// whether to inject, the proxy's resources and log level, and what traffic
+// capture excludes.
+var DefaultPersistAnnotations = []string{
+	"sidecar.istio.io/inject",
+	"sidecar.istio.io/proxyCPU",
+	"sidecar.istio.io/proxyMemory",
+	"sidecar.istio.io/proxyCPULimit",
+	"sidecar.istio.io/proxyMemoryLimit",
+	"sidecar.istio.io/logLevel",
+	"traffic.sidecar.istio.io/excludeInboundPorts",
+	"traffic.sidecar.istio.io/excludeOutboundPorts",
+	"traffic.sidecar.istio.io/excludeOutboundIPRanges",
+}
+
+// TemplateChanges is what a move writes into a Deployment's pod template.
+type TemplateChanges struct {
+	// Labels to add: only app, and only when the template has none.
+	Labels map[string]string
+	// Annotations to add: the persisted settings and the restart stamp.
+	Annotations map[string]string
+}
+
+// PersistedSettings computes, as the runbook's jq does, the settings that
+// exist on w's running pods but not in its template. It reads the first
+// injected pod by name. An annotation is copied only when it is in allow
+// and the template has neither an annotation nor a label of that key;
+// sidecar.istio.io/inject therefore stays an annotation, as Mesh v1 writes
+// it. An app label is added when the template lacks one and the pod has one.
+// The msname labels are never copied: a template carrying app, msname and
+// asm.cpaas.io/msname together is treated as a legacy workload by Mesh v1.
+func PersistedSettings(w Workload, allow []string) TemplateChanges {
+	out := TemplateChanges{Labels: map[string]string{}, Annotations: map[string]string{}}
+	var pod *Pod
+	for _, p := range w.livePods() {
+		if p.Injected() {
+			p := p
+			pod = &p
+			break
+		}
+	}
+	if pod == nil {
+		return out
+	}
+	if _, ok := w.TemplateLabels["app"]; !ok {
+		if app, ok := pod.Labels["app"]; ok {
+			out.Labels["app"] = app
+		}
+	}
+	for _, key := range allow {
+		v, ok := pod.Annotations[key]
+		if !ok {
+			continue
+		}
+		if _, inTemplate := w.TemplateAnnotations[key]; inTemplate {
+			continue
+		}
+		if _, asLabel := w.TemplateLabels[key]; asLabel {
+			continue
+		}
+		out.Annotations[key] = v
+	}
+	return out
+}
+
+// MovePatch is the one merge patch that moves a workload: it persists the
+// pod-only settings, stamps kubectl.kubernetes.io/restartedAt so the
+// Deployment rolls, and records the move on the Deployment. It carries the
+// resourceVersion the settings were computed from, so a concurrent change
+// makes it fail with a conflict instead of writing stale settings.
+func MovePatch(w Workload, changes TemplateChanges, record MoveRecord) ([]byte, error) {
+	rec, err := json.Marshal(record)
+	if err != nil {
+		return nil, err
+	}
+	annotations := map[string]string{}
+	for k, v := range changes.Annotations {
+		annotations[k] = v
+	}
+	annotations[AnnotationRestartedAt] = restartStamp(w, record.At)
+	templateMeta := map[string]any{"annotations": annotations}
+	if len(changes.Labels) > 0 {
+		templateMeta["labels"] = changes.Labels
+	}
+	meta := map[string]any{"annotations": map[string]string{AnnotationMove: string(rec)}}
+	if w.ResourceVersion != "" {
+		meta["resourceVersion"] = w.ResourceVersion
+	}
+	return json.Marshal(map[string]any{
+		"metadata": meta,
+		"spec":     map[string]any{"template": map[string]any{"metadata": templateMeta}},
+	})
+}
+
+// restartStamp formats at as kubectl rollout restart does. A stamp equal to
+// the template's current one would not roll the Deployment (a rollback in
+// the same second as the move, say), so it is then pushed a second later.
+func restartStamp(w Workload, at time.Time) string {
+	at = at.UTC().Truncate(time.Second)
+	if prev, err := time.Parse(time.RFC3339, w.TemplateAnnotations[AnnotationRestartedAt]); err == nil && !at.After(prev) {
+		at = prev.Add(time.Second)
+	}
+	return at.Format(time.RFC3339)
+}
+
+// sortedKeys returns the keys of m in order.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,202 @@
+package canary
+
+import (
+	"fmt"
+	"sort"
+	"time"
+)
+
+// Exclusion is a workload the planner leaves out, and why.
+type Exclusion struct {
+	Workload string `json:"workload"`
+	Reason   string `json:"reason"`
+}
+
+// Planned is a workload in a wave.
+type Planned struct {
+	Name string
+	// Group is its meshwave.io/wave value.
+	Group int
+}
+
+// NamespacePlan is the plan for one namespace.
+type NamespacePlan struct {
+	Namespace      string
+	Priority       int
+	Target         string
+	TargetRevision string
+	// Moved are the workloads already moved to the target in this migration.
+	Moved []string
+	// Waves are the waves still to run, in order. The first is the canary
+	// when no wave has run yet.
+	Waves [][]Planned
+	// Excluded are the workloads left out, with the reason.
+	Excluded []Exclusion
+}
+
+// Remaining counts the workloads of the waves still to run.
+func (p NamespacePlan) Remaining() int {
+	n := 0
+	for _, w := range p.Waves {
+		n += len(w)
+	}
+	return n
+}
+
+// Eligible counts every workload the migration concerns: moved and remaining.
+func (p NamespacePlan) Eligible() int { return len(p.Moved) + p.Remaining() }
+
+// WaveSizes configures how waves are cut.
+type WaveSizes struct {
+	// CanarySize is the size of the first wave; default 1.
+	CanarySize int
+	// BatchSize is the largest size of a later wave; default 5.
+	BatchSize int
+}
+
+func (s WaveSizes) withDefaults() WaveSizes {
+	if s.CanarySize <= 0 {
+		s.CanarySize = 1
+	}
+	if s.BatchSize <= 0 {
+		s.BatchSize = 5
+	}
+	return s
+}
+
+// PlanNamespace plans the waves that remain for a namespace moving to
+// targetRevision in the migration named migration ("" before it starts).
+// wavesRun is the number of waves the migration already started; while it
+// is zero the first wave is the canary.
+//
+// A workload is left out when it is a gateway, carries meshwave.io/skip,
+// has no injected pod, or already runs the target on every pod. A workload
+// the migration already moved (it carries this migration's move record) is
+// counted as moved instead. The rest are ordered by meshwave.io/wave, then
+// name, and cut into waves that never mix two meshwave.io/wave values.
+//
+// For example, with CanarySize 1, BatchSize 2 and workloads a(0) b(1) c(1)
+// d(1) e(100): the waves are [a] [b c] [d] [e].
+func PlanNamespace(ns string, deployments []Workload, targetRevision, migration string, wavesRun int, sizes WaveSizes) NamespacePlan {
+	sizes = sizes.withDefaults()
+	plan := NamespacePlan{Namespace: ns, TargetRevision: targetRevision}
+	var todo []Planned
+	for _, w := range sortedWorkloads(deployments) {
+		settings, _ := ParseWorkload(w.Namespace, w.Name, w.Annotations)
+		if reason := gatewayReason(w); reason != "" {
+			plan.Excluded = append(plan.Excluded, Exclusion{w.Name, reason})
+			continue
+		}
+		if settings.Skip {
+			plan.Excluded = append(plan.Excluded, Exclusion{w.Name, AnnotationSkip + " is true"})
+			continue
+		}
+		if _, ok := movedIn(w, migration); ok {
+			plan.Moved = append(plan.Moved, w.Name)
+			continue
+		}
+		pods := w.livePods()
+		injected, onTarget := 0, 0
+		for _, p := range pods {
+			if p.Injected() {
+				injected++
+				if p.Revision == targetRevision {
+					onTarget++
+				}
+			}
+		}
+		switch {
+		case injected == 0:
+			plan.Excluded = append(plan.Excluded, Exclusion{w.Name, "no injected pod"})
+		case onTarget == len(pods):
+			plan.Excluded = append(plan.Excluded, Exclusion{w.Name, "already on " + targetRevision})
+		default:
+			todo = append(todo, Planned{Name: w.Name, Group: settings.Wave})
+		}
+	}
+	sort.SliceStable(todo, func(i, j int) bool {
+		if todo[i].Group != todo[j].Group {
+			return todo[i].Group < todo[j].Group
+		}
+		return todo[i].Name < todo[j].Name
+	})
+	for len(todo) > 0 {
+		size := sizes.BatchSize
+		if wavesRun == 0 && len(plan.Waves) == 0 {
+			size = sizes.CanarySize
+		}
+		n := 0
+		for n < len(todo) && n < size && todo[n].Group == todo[0].Group {
+			n++
+		}
+		plan.Waves = append(plan.Waves, todo[:n])
+		todo = todo[n:]
+	}
+	return plan
+}
+
+func sortedWorkloads(ws []Workload) []Workload {
+	out := append([]Workload(nil), ws...)
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// PlanInput is one opted-in namespace for PlanWaves.
+type PlanInput struct {
+	Snapshot Snapshot
+	// Status is the namespace's recorded status, if any.
+	Status *Status
+}
+
+// PlanWaves plans every opted-in namespace, in the order they migrate:
+// meshwave.io/priority, then name. Namespaces whose annotations are invalid
+// or whose target resolves to nothing get a plan with no waves and the
+// problem as an exclusion of the whole namespace.
+func PlanWaves(inputs []PlanInput, sizes WaveSizes) []NamespacePlan {
+	var plans []NamespacePlan
+	for _, in := range inputs {
+		s := in.Snapshot
+		settings, errs := ParseNamespace(s.Namespace.Name, s.Namespace.Annotations)
+		plan := NamespacePlan{Namespace: s.Namespace.Name, Priority: settings.Priority, Target: settings.Target}
+		if len(errs) > 0 {
+			plan.Excluded = []Exclusion{{Workload: "*", Reason: errs[0].Error()}}
+			plans = append(plans, plan)
+			continue
+		}
+		rev, ok := s.Mesh.Resolve(settings.Target)
+		if !ok {
+			plan.Excluded = []Exclusion{{Workload: "*", Reason: unresolvedTarget(s.Namespace.Name, settings.Target).Error()}}
+			plans = append(plans, plan)
+			continue
+		}
+		migration, wavesRun := "", 0
+		if st := in.Status; st != nil && st.Target == settings.Target && !terminal(st.Phase) {
+			migration, wavesRun = st.MigrationID(), st.Wave
+		}
+		p := PlanNamespace(s.Namespace.Name, s.Deployments, rev, migration, wavesRun, sizes)
+		p.Priority, p.Target = settings.Priority, settings.Target
+		plans = append(plans, p)
+	}
+	sort.SliceStable(plans, func(i, j int) bool {
+		if plans[i].Priority != plans[j].Priority {
+			return plans[i].Priority < plans[j].Priority
+		}
+		return plans[i].Namespace < plans[j].Namespace
+	})
+	return plans
+}
+
+func unresolvedTarget(ns, target string) InputError {
+	return InputError{
+		Key: AnnotationTargetRevision, Kind: "namespace", Namespace: ns, Name: ns, Value: target,
+		Expected: fmt.Sprintf("an installed revision or tag (no MutatingWebhookConfiguration istio-sidecar-injector-%s or istio-revision-tag-%s exists)", target, target),
+	}
+}
+
+// durationOr returns d, or def when d is zero.
+func durationOr(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}

@@ -1,0 +1,123 @@
+package canary
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
+
+func TestPlanNamespace(t *testing.T) {
+	sizes := WaveSizes{CanarySize: 1, BatchSize: 2}
+	tests := []struct {
+		name     string
+		ws       []Workload
+		wavesRun int
+		waves    [][]string
+		excluded []Exclusion
+	}{
+		{
+			name:  "deployments are ordered by wave annotation then name, the first wave is the canary, and waves never mix two values",
+			ws:    []Workload{deploy("e"), deploy("d", waveAnn("1")), deploy("c", waveAnn("1")), deploy("b", waveAnn("1")), deploy("a", waveAnn("0"))},
+			waves: [][]string{{"a"}, {"b", "c"}, {"d"}, {"e"}},
+		},
+		{
+			name:  "the canary takes only the first of several deployments sharing the lowest wave",
+			ws:    []Workload{deploy("x"), deploy("y"), deploy("z")},
+			waves: [][]string{{"x"}, {"y", "z"}},
+		},
+		{
+			name:     "after the first wave, waves are batch-sized",
+			ws:       []Workload{deploy("x"), deploy("y"), deploy("z")},
+			wavesRun: 1,
+			waves:    [][]string{{"x", "y"}, {"z"}},
+		},
+		{
+			name: "gateway deployments are never planned",
+			ws: []Workload{
+				deploy("app"),
+				deploy("ingress", label("operator.istio.io/component", "IngressGateways")),
+				deploy("asm", func(w *Workload) { w.TemplateAnnotations[AnnotationTemplates] = "asm-gateway" }),
+				deploy("egress", label("istio", "egressgateway")),
+				deploy("managed", label("gateway.istio.io/managed", "istio.io-gateway-controller")),
+			},
+			waves: [][]string{{"app"}},
+			excluded: []Exclusion{
+				{"asm", "gateway (inject.istio.io/templates=asm-gateway)"},
+				{"egress", "gateway (istio=egressgateway)"},
+				{"ingress", "gateway (operator.istio.io/component=IngressGateways)"},
+				{"managed", "gateway (gateway.istio.io/managed)"},
+			},
+		},
+		{
+			name:     "skipped, uninjected and already-moved deployments are left out with their reason",
+			ws:       []Workload{deploy("a"), deploy("b", ann(AnnotationSkip, "true")), deploy("c", notInjected()), deploy("d", onRevision("1-26"))},
+			waves:    [][]string{{"a"}},
+			excluded: []Exclusion{{"b", "meshwave.io/skip is true"}, {"c", "no injected pod"}, {"d", "already on 1-26"}},
+		},
+		{
+			name: "a deployment half on the target is still planned",
+			ws: []Workload{deploy("a", func(w *Workload) {
+				w.Pods[0].Revision = "1-26"
+			})},
+			waves: [][]string{{"a"}},
+		},
+		{
+			name: "terminating pods do not count",
+			ws: []Workload{deploy("a", func(w *Workload) {
+				w.Pods[0].Revision = "1-26"
+				w.Pods[1].Terminating = true
+			})},
+			excluded: []Exclusion{{"a", "already on 1-26"}},
+			waves:    [][]string{},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := PlanNamespace("shop", tt.ws, "1-26", "", tt.wavesRun, sizes)
+			assert.Equal(t, tt.waves, waveNames(p))
+			assert.Equal(t, tt.excluded, p.Excluded)
+		})
+	}
+}
+
+func TestPlanNamespaceCountsThisMigrationsMovesAsMoved(t *testing.T) {
+	moved := deploy("a", onRevision("1-26"), ann(AnnotationMove, `{"revision":"1-26","wave":1,"migration":"1-26@2026-11-29T12:00:00Z"}`))
+	earlier := deploy("b", onRevision("1-26"), ann(AnnotationMove, `{"revision":"1-26","wave":1,"migration":"1-26@2026-01-01T00:00:00Z"}`))
+	p := PlanNamespace("shop", []Workload{moved, earlier, deploy("c")}, "1-26", "1-26@2026-11-29T12:00:00Z", 1, WaveSizes{})
+	assert.Equal(t, []string{"a"}, p.Moved)
+	assert.Equal(t, []Exclusion{{"b", "already on 1-26"}}, p.Excluded)
+	assert.Equal(t, [][]string{{"c"}}, waveNames(p))
+}
+
+func TestPlanWavesOrdersNamespacesByPriorityThenName(t *testing.T) {
+	mk := func(ns, prio string) PlanInput {
+		s := snap(deploy("a"))
+		s.Namespace.Name = ns
+		if prio != "" {
+			s.Namespace.Annotations[AnnotationPriority] = prio
+		}
+		return PlanInput{Snapshot: s}
+	}
+	plans := PlanWaves([]PlanInput{mk("media", "20"), mk("zoo", ""), mk("shop", "10"), mk("alpha", "20")}, WaveSizes{})
+	var got []string
+	for _, p := range plans {
+		got = append(got, p.Namespace)
+	}
+	assert.Equal(t, []string{"shop", "alpha", "media", "zoo"}, got)
+}
+
+func TestPlanWavesReportsAnUnresolvableTarget(t *testing.T) {
+	s := snap(deploy("a"))
+	s.Namespace.Annotations[AnnotationTargetRevision] = "1-99"
+	plans := PlanWaves([]PlanInput{{Snapshot: s}}, WaveSizes{})
+	assert.Empty(t, plans[0].Waves)
+	assert.Equal(t, `meshwave.io/target-revision on namespace shop: "1-99" is not an installed revision or tag (no MutatingWebhookConfiguration istio-sidecar-injector-1-99 or istio-revision-tag-1-99 exists)`, plans[0].Excluded[0].Reason)
+}
+
+func TestPlanWavesResolvesTags(t *testing.T) {
+	s := snap(deploy("a"))
+	s.Namespace.Annotations[AnnotationTargetRevision] = "canary"
+	plans := PlanWaves([]PlanInput{{Snapshot: s}}, WaveSizes{})
+	assert.Equal(t, "1-26", plans[0].TargetRevision)
+	assert.Equal(t, [][]string{{"a"}}, waveNames(plans[0]))
+}

@@ -1,0 +1,169 @@
+package canary
+
+import (
+	"encoding/json"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Snapshot is what the agent gathered about one namespace: plain data read
+// from the informer caches, so that every decision is a pure function of it.
+type Snapshot struct {
+	Namespace   Namespace
+	Deployments []Workload
+	Mesh        Mesh
+	// Peers are the other namespaces that opted in, for priority order and
+	// concurrency.
+	Peers []Peer
+}
+
+// Namespace is the part of a Namespace meshwave reads.
+type Namespace struct {
+	Name        string
+	Labels      map[string]string
+	Annotations map[string]string
+}
+
+// Workload is a Deployment and its pods.
+type Workload struct {
+	Namespace           string
+	Name                string
+	ResourceVersion     string
+	Labels              map[string]string
+	Annotations         map[string]string
+	TemplateLabels      map[string]string
+	TemplateAnnotations map[string]string
+	Replicas            int32
+	Generation          int64
+	Status              DeploymentStatus
+	Pods                []Pod
+	// HasPDB is true when a PodDisruptionBudget selects its pods.
+	HasPDB bool
+}
+
+// DeploymentStatus is the part of a Deployment's status the rollout gate reads.
+type DeploymentStatus struct {
+	ObservedGeneration int64
+	Replicas           int32
+	UpdatedReplicas    int32
+	ReadyReplicas      int32
+	AvailableReplicas  int32
+}
+
+// Pod is the part of a pod meshwave reads.
+type Pod struct {
+	Name        string
+	Labels      map[string]string
+	Annotations map[string]string
+	CreatedAt   time.Time
+	Running     bool
+	Ready       bool
+	Terminating bool
+	// Current is true when the pod belongs to the Deployment's newest
+	// ReplicaSet.
+	Current bool
+	// Revision is the revision in sidecar.istio.io/status; "" when the pod
+	// was not injected.
+	Revision string
+	// Waiting is why a container is waiting, e.g. CrashLoopBackOff.
+	Waiting string
+}
+
+// Injected reports whether Istio injected the pod.
+func (p Pod) Injected() bool { return p.Revision != "" }
+
+// Mesh is what the cluster says about the Istio control planes.
+type Mesh struct {
+	// Revisions are the installed revisions, by name: each has an injector
+	// webhook configuration istio-sidecar-injector-<name>.
+	Revisions map[string]Revision
+	// Tags maps each revision tag to the revision it points at.
+	Tags map[string]string
+}
+
+// Revision is one installed control-plane revision.
+type Revision struct {
+	Name string
+	// Istiods and ReadyIstiods count its istiod pods.
+	Istiods      int
+	ReadyIstiods int
+}
+
+// Resolve returns the revision a revision or tag name stands for.
+func (m Mesh) Resolve(name string) (string, bool) {
+	if _, ok := m.Revisions[name]; ok {
+		return name, true
+	}
+	if rev, ok := m.Tags[name]; ok {
+		return rev, true
+	}
+	return "", false
+}
+
+// Peer is another opted-in namespace.
+type Peer struct {
+	Name     string
+	Priority int
+	Phase    Phase
+}
+
+// sidecarStatus is the part of Istio's sidecar.istio.io/status meshwave reads.
+type sidecarStatus struct {
+	Revision string `json:"revision"`
+}
+
+// SidecarRevision reads the revision out of a pod's sidecar.istio.io/status.
+// Istio writes "default" when the revision is unnamed. It returns "" when
+// the annotation is absent or unreadable.
+func SidecarRevision(annotations map[string]string) string {
+	raw, ok := annotations[AnnotationSidecar]
+	if !ok {
+		return ""
+	}
+	var s sidecarStatus
+	if err := json.Unmarshal([]byte(raw), &s); err != nil {
+		return ""
+	}
+	if s.Revision == "" {
+		return "default"
+	}
+	return s.Revision
+}
+
+// livePods are the pods that are not being deleted, sorted by name.
+func (w Workload) livePods() []Pod {
+	var out []Pod
+	for _, p := range w.Pods {
+		if !p.Terminating {
+			out = append(out, p)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// gatewayReason says why w is a gateway, or "" when it is not. It follows
+// the runbook's test (the operator component label ending in Gateways, or a
+// gateway injection template) and the labels Istio's gateway installs use.
+func gatewayReason(w Workload) string {
+	if c := w.Labels["operator.istio.io/component"]; strings.HasSuffix(c, "Gateways") {
+		return "gateway (operator.istio.io/component=" + c + ")"
+	}
+	if t := w.TemplateAnnotations[AnnotationTemplates]; strings.Contains(t, "gateway") {
+		return "gateway (inject.istio.io/templates=" + t + ")"
+	}
+	for _, labels := range []map[string]string{w.Labels, w.TemplateLabels} {
+		switch v := labels["istio"]; v {
+		case "ingressgateway", "egressgateway", "eastwestgateway":
+			return "gateway (istio=" + v + ")"
+		}
+		if _, ok := labels["gateway.istio.io/managed"]; ok {
+			return "gateway (gateway.istio.io/managed)"
+		}
+		if _, ok := labels["gateway.networking.k8s.io/gateway-name"]; ok {
+			return "gateway (gateway.networking.k8s.io/gateway-name)"
+		}
+	}
+	return ""
+}
