@@ -12,11 +12,11 @@ func meshV1Pod(w *Workload) {
 	for i := range w.Pods {
 		w.Pods[i].Labels = map[string]string{"app": w.Name, "msname": w.Name, "asm.cpaas.io/msname": w.Name}
 		w.Pods[i].Annotations = map[string]string{
-			AnnotationSidecar:                              `{"revision":"1-25"}`,
-			"sidecar.istio.io/inject":                      "true",
-			"sidecar.istio.io/proxyCPU":                    "50m",
+			AnnotationSidecar:                               `{"revision":"1-25"}`,
+			"sidecar.istio.io/inject":                       "true",
+			"sidecar.istio.io/proxyCPU":                     "50m",
 			"traffic.sidecar.istio.io/excludeOutboundPorts": "12345",
-			"prometheus.io/scrape":                         "true",
+			"prometheus.io/scrape":                          "true",
 		}
 	}
 }

@@ -25,8 +25,8 @@ const (
 // Measurement is a number a gate measured, with what it was held against.
 type Measurement struct {
 	// Check names the measurement, e.g. "error-rate".
-	Check    string `json:"check,omitempty"`
-	Workload string `json:"workload,omitempty"`
+	Check    string  `json:"check,omitempty"`
+	Workload string  `json:"workload,omitempty"`
 	Value    float64 `json:"value"`
 	// Threshold is the limit; Baseline the value before the restart.
 	Threshold *float64 `json:"threshold,omitempty"`
@@ -55,7 +55,9 @@ type Verdict struct {
 	Deferred bool `json:"-"`
 }
 
-func (v Verdict) String() string { return fmt.Sprintf("%s %s: %s", v.Gate, strings.ToLower(string(v.Result)), v.Reason) }
+func (v Verdict) String() string {
+	return fmt.Sprintf("%s %s: %s", v.Gate, strings.ToLower(string(v.Result)), v.Reason)
+}
 
 // First returns the first verdict that is not a Pass, or ok=false when all
 // passed.
