@@ -534,7 +534,10 @@ func (d *decider) judge() {
 		st.Phase = PhaseMigrating
 	}
 	d.recordChecks(verdicts)
-	if notPassed && v.Deferred {
+	if notPassed && v.Result == ResultPending && !v.Checked {
+		// Progress (a rollout under way, a bake time running) is not
+		// written: it would cost a status write per pod that becomes
+		// ready, and the outcome is what people read.
 		d.requeue(v.RetryAfter)
 		return
 	}
@@ -891,8 +894,12 @@ func (d *decider) rollingBack() {
 		d.requeue(soon)
 		return
 	}
-	st.Verdicts = trimVerdicts(verdicts)
 	v, notPassed := First(verdicts)
+	if notPassed && v.Result == ResultPending {
+		d.requeue(v.RetryAfter)
+		return
+	}
+	st.Verdicts = trimVerdicts(verdicts)
 	if !notPassed {
 		st.Phase = PhaseRolledBack
 		st.WaveState = ""

@@ -25,14 +25,20 @@ import (
 )
 
 // PodSelector picks pods by namespace and labels. An empty Namespace matches
-// every namespace; a nil Labels matches every pod.
+// every namespace; a nil Labels matches every pod. CreatedAfter, when set,
+// limits it to pods created after that moment, such as the new pods of a
+// rollout.
 type PodSelector struct {
-	Namespace string
-	Labels    labels.Selector
+	Namespace    string
+	Labels       labels.Selector
+	CreatedAfter time.Time
 }
 
 func (s PodSelector) matches(pod *corev1.Pod) bool {
 	if s.Namespace != "" && s.Namespace != pod.Namespace {
+		return false
+	}
+	if !s.CreatedAfter.IsZero() && !pod.CreationTimestamp.Time.After(s.CreatedAfter) {
 		return false
 	}
 	return s.Labels == nil || s.Labels.Matches(labels.Set(pod.Labels))

@@ -26,15 +26,19 @@ const (
 )
 
 // MicroService is a Mesh v1 MicroService: the pods of its Deployment (those
-// whose app label equals App) get its sidecar settings at creation. The
+// whose app label equals App, or that match Selector) get its sidecar
+// settings at creation. The
 // settings exist only on the pods, never in the Deployment's template, which
 // is the problem the runbook's "Persist the Mesh v1 pod settings" solves.
 type MicroService struct {
 	Namespace string
 	// Name is what the msname labels carry.
 	Name string
-	// App is the value of the pods' app label.
+	// App is the value of the pods' app label. Mesh v1 adds the label to
+	// pods that lack it.
 	App string
+	// Selector, when set, matches the pods instead of the app label.
+	Selector map[string]string
 	// Sidecar adds sidecar.istio.io/inject: "true".
 	Sidecar bool
 	// Annotations are the sidecar settings, e.g.
@@ -83,9 +87,7 @@ func (m *MeshV1) serve(w http.ResponseWriter, r *http.Request) {
 		if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
 			return nil, fmt.Errorf("decode pod: %w", err)
 		}
-		m.mu.RLock()
-		ms, ok := m.services[req.Namespace+"/"+pod.Labels["app"]]
-		m.mu.RUnlock()
+		ms, ok := m.find(req.Namespace, pod.Labels)
 		if !ok {
 			return &admissionv1.AdmissionResponse{Allowed: true}, nil
 		}
@@ -93,9 +95,32 @@ func (m *MeshV1) serve(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
+func (m *MeshV1) find(ns string, podLabels map[string]string) (MicroService, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if ms, ok := m.services[ns+"/"+podLabels["app"]]; ok && podLabels["app"] != "" {
+		return ms, true
+	}
+	for _, ms := range m.services {
+		if ms.Namespace != ns || len(ms.Selector) == 0 {
+			continue
+		}
+		match := true
+		for k, v := range ms.Selector {
+			if podLabels[k] != v {
+				match = false
+			}
+		}
+		if match {
+			return ms, true
+		}
+	}
+	return MicroService{}, false
+}
+
 // applyMicroService adds what the Mesh v1 webhook adds: the MicroService's
 // settings as annotations (never overriding the pod's own), the inject
-// annotation, and the msname labels.
+// annotation, the app label when missing, and the msname labels.
 func applyMicroService(pod *corev1.Pod, ms MicroService) *corev1.Pod {
 	out := pod.DeepCopy()
 	if out.Annotations == nil {
@@ -113,6 +138,9 @@ func applyMicroService(pod *corev1.Pod, ms MicroService) *corev1.Pod {
 		if _, ok := out.Annotations[KeyInject]; !ok {
 			out.Annotations[KeyInject] = "true"
 		}
+	}
+	if _, ok := out.Labels["app"]; !ok && ms.App != "" {
+		out.Labels["app"] = ms.App
 	}
 	out.Labels[LabelMsname] = ms.Name
 	out.Labels[LabelAsmMsname] = ms.Name

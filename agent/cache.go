@@ -1,0 +1,154 @@
+package agent
+
+import (
+	"context"
+	"time"
+
+	admissionregv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	admissionreglisters "k8s.io/client-go/listers/admissionregistration/v1"
+	appslisters "k8s.io/client-go/listers/apps/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	policylisters "k8s.io/client-go/listers/policy/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/meshwave/meshwave/canary"
+)
+
+// Caches are the shared informers meshwave reads from. After they sync,
+// the hot path makes no LIST or GET.
+type Caches struct {
+	factory     informers.SharedInformerFactory
+	Namespaces  corelisters.NamespaceLister
+	Deployments appslisters.DeploymentLister
+	ReplicaSets appslisters.ReplicaSetLister
+	Pods        corelisters.PodLister
+	PDBs        policylisters.PodDisruptionBudgetLister
+	Webhooks    admissionreglisters.MutatingWebhookConfigurationLister
+
+	informers map[string]cache.SharedIndexInformer
+	cancel    context.CancelFunc
+	stop      <-chan struct{}
+}
+
+// NewCaches builds the informers. Their transform keeps only what
+// meshwave reads, so that a cluster of 100k pods fits in a small cache:
+// no managedFields, no pod or template specs, and of a pod's annotations
+// only the sidecar status and the keys in persist.
+func NewCaches(client kubernetes.Interface, resync time.Duration, persist []string) *Caches {
+	keep := map[string]bool{canary.AnnotationSidecar: true}
+	for _, k := range persist {
+		keep[k] = true
+	}
+	f := informers.NewSharedInformerFactoryWithOptions(client, resync, informers.WithTransform(transform(keep)))
+	c := &Caches{
+		factory:     f,
+		Namespaces:  f.Core().V1().Namespaces().Lister(),
+		Deployments: f.Apps().V1().Deployments().Lister(),
+		ReplicaSets: f.Apps().V1().ReplicaSets().Lister(),
+		Pods:        f.Core().V1().Pods().Lister(),
+		PDBs:        f.Policy().V1().PodDisruptionBudgets().Lister(),
+		Webhooks:    f.Admissionregistration().V1().MutatingWebhookConfigurations().Lister(),
+		informers: map[string]cache.SharedIndexInformer{
+			"namespaces":  f.Core().V1().Namespaces().Informer(),
+			"deployments": f.Apps().V1().Deployments().Informer(),
+			"replicasets": f.Apps().V1().ReplicaSets().Informer(),
+			"pods":        f.Core().V1().Pods().Informer(),
+			"pdbs":        f.Policy().V1().PodDisruptionBudgets().Informer(),
+			"webhooks":    f.Admissionregistration().V1().MutatingWebhookConfigurations().Informer(),
+		},
+	}
+	return c
+}
+
+// Start starts the informers; they run until ctx ends or Shutdown.
+func (c *Caches) Start(ctx context.Context) {
+	ctx, c.cancel = context.WithCancel(ctx)
+	c.stop = ctx.Done()
+	c.factory.Start(c.stop)
+}
+
+// WaitForSync blocks until every cache has synced or they are stopped.
+func (c *Caches) WaitForSync() bool {
+	for _, ok := range c.factory.WaitForCacheSync(c.stop) {
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// Shutdown stops the informers and waits for them.
+func (c *Caches) Shutdown() {
+	if c.cancel != nil {
+		c.cancel()
+	}
+	c.factory.Shutdown()
+}
+
+func transform(keepPodAnnotations map[string]bool) cache.TransformFunc {
+	return func(obj any) (any, error) {
+		switch o := obj.(type) {
+		case *corev1.Pod:
+			return slimPod(o, keepPodAnnotations), nil
+		case *appsv1.Deployment:
+			o.ManagedFields = nil
+			o.Spec.Template.Spec = corev1.PodSpec{}
+			return o, nil
+		case *appsv1.ReplicaSet:
+			o.ManagedFields = nil
+			o.Spec.Template = corev1.PodTemplateSpec{}
+			return o, nil
+		case *corev1.Namespace:
+			o.ManagedFields = nil
+			return o, nil
+		case *policyv1.PodDisruptionBudget:
+			o.ManagedFields = nil
+			return o, nil
+		case *admissionregv1.MutatingWebhookConfiguration:
+			o.ManagedFields = nil
+			for i := range o.Webhooks {
+				o.Webhooks[i].ClientConfig.CABundle = nil
+			}
+			return o, nil
+		}
+		return obj, nil
+	}
+}
+
+// slimPod keeps the pod fields the gates and the planner read.
+func slimPod(p *corev1.Pod, keep map[string]bool) *corev1.Pod {
+	out := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
+			Labels: p.Labels, OwnerReferences: p.OwnerReferences,
+			CreationTimestamp: p.CreationTimestamp, DeletionTimestamp: p.DeletionTimestamp,
+		},
+		Status: corev1.PodStatus{Phase: p.Status.Phase, PodIP: p.Status.PodIP},
+	}
+	for k, v := range p.Annotations {
+		if keep[k] {
+			if out.Annotations == nil {
+				out.Annotations = map[string]string{}
+			}
+			out.Annotations[k] = v
+		}
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			out.Status.Conditions = []corev1.PodCondition{{Type: c.Type, Status: c.Status}}
+		}
+	}
+	for _, cs := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
+		if cs.State.Waiting != nil && cs.State.Waiting.Reason != "" {
+			out.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: cs.Name, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: cs.State.Waiting.Reason}}}}
+			break
+		}
+	}
+	return out
+}

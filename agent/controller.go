@@ -1,0 +1,368 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/meshwave/meshwave/analysis"
+	"github.com/meshwave/meshwave/canary"
+)
+
+// Options are the controller's dependencies; every outside system is a
+// field, so tests can replace it.
+type Options struct {
+	Client kubernetes.Interface
+	Config Config
+	// Gates builds the chain that judges a wave; default: the rollout gate
+	// and, for rollbacks, the injection gate against the source.
+	Gates func(canary.WaveUnderTest) analysis.Chain
+	// Clock defaults to the real clock.
+	Clock clock.Clock
+	// Recorder defaults to one that writes Events through Client.
+	Recorder record.EventRecorder
+	// Identity names this replica in the leader lease; default the host name.
+	Identity string
+}
+
+// Controller moves opted-in namespaces between revisions, one reconcile of
+// one namespace at a time.
+type Controller struct {
+	client    kubernetes.Interface
+	cfg       Config
+	decisions canary.Config
+	caches    *Caches
+	queue     workqueue.TypedRateLimitingInterface[string]
+	gates     func(canary.WaveUnderTest) analysis.Chain
+	clock     clock.Clock
+	recorder  record.EventRecorder
+	identity  string
+	stopRec   func()
+
+	// admitMu serialises the reconciles that may start a migration, so
+	// that two workers never both take the last concurrency slot.
+	admitMu sync.Mutex
+	// starting holds namespaces this process started whose new phase the
+	// cache may not show yet.
+	startMu  sync.Mutex
+	starting map[string]time.Time
+	leading  atomic.Bool
+	expect   *expectations
+}
+
+// New builds a controller and registers its event handlers.
+func New(opts Options) (*Controller, error) {
+	if err := opts.Config.Validate(); err != nil {
+		return nil, err
+	}
+	c := &Controller{
+		client:    opts.Client,
+		cfg:       opts.Config,
+		decisions: opts.Config.Decisions(),
+		caches:    NewCaches(opts.Client, opts.Config.ResyncPeriod.D(), opts.Config.PersistAnnotations),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "meshwave"}),
+		gates:    opts.Gates,
+		clock:    opts.Clock,
+		recorder: opts.Recorder,
+		identity: opts.Identity,
+		starting: map[string]time.Time{},
+		expect:   newExpectations(),
+	}
+	if c.gates == nil {
+		c.gates = DefaultGates
+	}
+	if c.clock == nil {
+		c.clock = clock.RealClock{}
+	}
+	if c.recorder == nil {
+		b := record.NewBroadcaster()
+		b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: opts.Client.CoreV1().Events("")})
+		c.recorder = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "meshwave"})
+		c.stopRec = b.Shutdown
+	}
+	if err := c.addHandlers(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// DefaultGates is the rollout gate, followed for a rollback by the check
+// that the pods came back to the source revision.
+func DefaultGates(w canary.WaveUnderTest) analysis.Chain {
+	chain := analysis.Chain{analysis.RolloutGate{}}
+	if w.Rollback {
+		chain = append(chain, analysis.InjectionGate{})
+	}
+	return chain
+}
+
+// Caches exposes the informer caches, for the CLI and metrics.
+func (c *Controller) Caches() *Caches { return c.caches }
+
+func (c *Controller) addHandlers() error {
+	nsHandler := cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) { c.enqueueNamespace(obj) },
+		UpdateFunc: func(old, obj any) {
+			c.enqueueNamespace(obj)
+			// A namespace that took or freed a slot changes who may start.
+			o, n := old.(*corev1.Namespace), obj.(*corev1.Namespace)
+			if o.Annotations[canary.AnnotationStatus] != n.Annotations[canary.AnnotationStatus] ||
+				o.Annotations[canary.AnnotationTargetRevision] != n.Annotations[canary.AnnotationTargetRevision] ||
+				o.Annotations[canary.AnnotationPriority] != n.Annotations[canary.AnnotationPriority] {
+				c.enqueueAll()
+			}
+		},
+		DeleteFunc: func(any) { c.enqueueAll() },
+	}
+	inNamespace := cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.enqueueOwnerNamespace,
+		UpdateFunc: func(_, obj any) { c.enqueueOwnerNamespace(obj) },
+		DeleteFunc: c.enqueueOwnerNamespace,
+	}
+	everyone := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { c.enqueueAll() },
+		UpdateFunc: func(any, any) { c.enqueueAll() },
+		DeleteFunc: func(any) { c.enqueueAll() },
+	}
+	for name, h := range map[string]cache.ResourceEventHandler{
+		"namespaces": nsHandler, "deployments": inNamespace, "pods": inNamespace, "webhooks": everyone,
+	} {
+		if _, err := c.caches.informers[name].AddEventHandler(h); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Controller) enqueueNamespace(obj any) {
+	if ns, ok := obj.(*corev1.Namespace); ok && concerns(ns) {
+		c.queue.Add(ns.Name)
+	}
+}
+
+// concerns reports whether a namespace is meshwave's: opted in, or
+// carrying a status from an earlier opt-in.
+func concerns(ns *corev1.Namespace) bool {
+	_, opted := ns.Annotations[canary.AnnotationTargetRevision]
+	_, status := ns.Annotations[canary.AnnotationStatus]
+	return opted || status
+}
+
+// enqueueOwnerNamespace reacts to a Deployment or pod: its namespace is
+// reconciled if it concerns meshwave, and every one is when an istiod pod
+// changes, since that decides prechecks.
+func (c *Controller) enqueueOwnerNamespace(obj any) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	var ns string
+	switch o := obj.(type) {
+	case *corev1.Pod:
+		if o.Namespace == c.cfg.RootNamespace && o.Labels["app"] == "istiod" {
+			c.enqueueAll()
+			return
+		}
+		ns = o.Namespace
+	default:
+		m, ok := obj.(interface{ GetNamespace() string })
+		if !ok {
+			return
+		}
+		ns = m.GetNamespace()
+	}
+	if n, err := c.caches.Namespaces.Get(ns); err == nil && concerns(n) {
+		c.queue.Add(ns)
+	}
+}
+
+func (c *Controller) enqueueAll() {
+	nss, err := c.caches.Namespaces.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, ns := range nss {
+		if concerns(ns) {
+			c.queue.Add(ns.Name)
+		}
+	}
+}
+
+// Start starts the caches and waits for them to sync. Every replica does
+// this, leader or not, so a new leader starts warm.
+func (c *Controller) Start(ctx context.Context) error {
+	c.caches.Start(ctx)
+	if !c.caches.WaitForSync() {
+		return errors.New("informer caches did not sync")
+	}
+	return nil
+}
+
+// RunWorkers processes the queue until ctx ends.
+func (c *Controller) RunWorkers(ctx context.Context) {
+	defer utilruntime.HandleCrash()
+	logger := klog.FromContext(ctx)
+	logger.Info("Starting workers", "workers", c.cfg.Workers)
+	c.enqueueAll()
+	var wg sync.WaitGroup
+	for i := 0; i < c.cfg.Workers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			wait.UntilWithContext(ctx, c.worker, time.Second)
+		}()
+	}
+	<-ctx.Done()
+	c.queue.ShutDown()
+	wg.Wait()
+	logger.Info("Workers stopped")
+}
+
+// Shutdown releases what New started.
+func (c *Controller) Shutdown() {
+	c.queue.ShutDown()
+	c.caches.Shutdown()
+	if c.stopRec != nil {
+		c.stopRec()
+	}
+}
+
+func (c *Controller) worker(ctx context.Context) {
+	for c.processNext(ctx) {
+	}
+}
+
+func (c *Controller) processNext(ctx context.Context) bool {
+	key, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(key)
+	err := c.sync(klog.NewContext(ctx, klog.FromContext(ctx).WithValues("namespace", key)), key)
+	c.handleErr(ctx, key, err)
+	return true
+}
+
+// handleErr retries transient errors with the queue's exponential backoff.
+func (c *Controller) handleErr(ctx context.Context, key string, err error) {
+	if err == nil {
+		c.queue.Forget(key)
+		return
+	}
+	klog.FromContext(ctx).Error(err, "Reconcile failed; retrying", "namespace", key, "retries", c.queue.NumRequeues(key))
+	c.queue.AddRateLimited(key)
+}
+
+// sync reconciles one namespace: gather a snapshot from the caches, run
+// the gates of the wave in flight, decide, act.
+func (c *Controller) sync(ctx context.Context, key string) error {
+	ns, err := c.caches.Namespaces.Get(key)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	status, _, err := canary.ParseStatus(ns.Annotations)
+	if err != nil {
+		// Not ours to guess at: start from nothing. Move records keep any
+		// workload from being restarted twice.
+		c.recorder.Event(ns, corev1.EventTypeWarning, "StatusUnreadable", err.Error())
+		status = nil
+	}
+	if !concerns(ns) {
+		return nil
+	}
+	if !c.expect.satisfied(ns, c.cachedMove(ns.Name), c.clock.Now()) {
+		// Our last writes are not in the cache yet; their events requeue
+		// the namespace, and this is a backstop.
+		c.queue.AddAfter(key, 200*time.Millisecond)
+		return nil
+	}
+	if status == nil || !holdsOrEnds(status.Phase) {
+		c.admitMu.Lock()
+		defer c.admitMu.Unlock()
+	}
+	snap, err := c.caches.Gather(ns, c.cfg.RootNamespace)
+	if err != nil {
+		return fmt.Errorf("gather: %w", err)
+	}
+	snap.Peers = c.withStarting(snap.Peers)
+	now := c.clock.Now()
+	var verdicts []canary.Verdict
+	if wave, ok := canary.WaveToVerify(snap, status, c.decisions); ok {
+		verdicts = c.gates(wave).Evaluate(ctx, wave, now)
+	}
+	d := canary.Decide(canary.Input{Snapshot: snap, Status: status, Verdicts: verdicts, Now: now, Config: c.decisions})
+	if err := c.act(ctx, ns, status, d); err != nil {
+		return err
+	}
+	if d.RequeueAfter > 0 {
+		c.queue.AddAfter(key, d.RequeueAfter)
+	}
+	return nil
+}
+
+// holdsOrEnds reports whether a phase can no longer start a migration.
+func holdsOrEnds(p canary.Phase) bool {
+	switch p {
+	case canary.PhaseMigrating, canary.PhaseAnalyzing, canary.PhaseRollingBack, canary.PhaseCompleted, canary.PhaseRolledBack:
+		return true
+	}
+	return false
+}
+
+// withStarting counts the namespaces this process just started as
+// migrating until the cache catches up.
+func (c *Controller) withStarting(peers []canary.Peer) []canary.Peer {
+	c.startMu.Lock()
+	defer c.startMu.Unlock()
+	now := c.clock.Now()
+	for i, p := range peers {
+		at, ok := c.starting[p.Name]
+		if !ok {
+			continue
+		}
+		if holdsOrEnds(p.Phase) || now.Sub(at) > time.Minute {
+			delete(c.starting, p.Name)
+			continue
+		}
+		peers[i].Phase = canary.PhaseMigrating
+	}
+	return peers
+}
+
+// cachedMove returns the move record annotation a Deployment has in the
+// cache, and whether the Deployment exists there.
+func (c *Controller) cachedMove(ns string) func(string) (string, bool) {
+	return func(name string) (string, bool) {
+		d, err := c.caches.Deployments.Deployments(ns).Get(name)
+		if err != nil {
+			return "", false
+		}
+		return d.Annotations[canary.AnnotationMove], true
+	}
+}
+
+func (c *Controller) markStarting(ns string) {
+	c.startMu.Lock()
+	defer c.startMu.Unlock()
+	c.starting[ns] = c.clock.Now()
+}
