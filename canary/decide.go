@@ -576,13 +576,20 @@ func (d *decider) judge() {
 	}
 }
 
-// recordChecks remembers when each outside system was last asked.
+// recordChecks remembers when each gate was first reached and when each
+// outside system was last asked.
 func (d *decider) recordChecks(verdicts []Verdict) {
 	for _, v := range verdicts {
+		a := d.analysisState()
+		if _, ok := a.Started[v.Gate]; !ok && !v.Deferred {
+			if a.Started == nil {
+				a.Started = map[string]time.Time{}
+			}
+			a.Started[v.Gate] = d.now
+		}
 		if !v.Checked {
 			continue
 		}
-		a := d.analysisState()
 		if a.Checked == nil {
 			a.Checked = map[string]time.Time{}
 		}

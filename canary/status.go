@@ -171,6 +171,9 @@ type AnalysisState struct {
 	Inconclusive int `json:"inconclusive,omitempty"`
 	// Checked is when each gate that asks an outside system last asked.
 	Checked map[string]time.Time `json:"checked,omitempty"`
+	// Started is when each gate was first reached in this wave; its
+	// timeout counts from then.
+	Started map[string]time.Time `json:"started,omitempty"`
 }
 
 // ParseStatus reads the status annotation; ok is false when there is none.

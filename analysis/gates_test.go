@@ -1,0 +1,332 @@
+package analysis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
+	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
+	"github.com/prometheus/common/model"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/meshwave/meshwave/canary"
+)
+
+var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+func member(name string, pods ...canary.Pod) canary.WaveWorkload {
+	return canary.WaveWorkload{
+		Workload: canary.Workload{Namespace: "shop", Name: name, Replicas: int32(len(pods)), Generation: 2,
+			Status: canary.DeploymentStatus{ObservedGeneration: 2, Replicas: int32(len(pods)), UpdatedReplicas: int32(len(pods)), ReadyReplicas: int32(len(pods)), AvailableReplicas: int32(len(pods))},
+			Pods:   pods},
+		Record:   canary.MoveRecord{Revision: "1-26", At: t0},
+		Deadline: t0.Add(5 * time.Minute), Timeout: 5 * time.Minute,
+	}
+}
+
+func pod(name, rev string) canary.Pod {
+	return canary.Pod{Name: name, Current: true, Running: true, Ready: true, Revision: rev}
+}
+
+func wave(ms ...canary.WaveWorkload) canary.WaveUnderTest {
+	return canary.WaveUnderTest{Namespace: "shop", Wave: 1, TargetRevision: "1-26", SourceRevision: "1-25", Expect: "1-26", Workloads: ms, GatesSince: t0}
+}
+
+func TestRolloutGate(t *testing.T) {
+	rolling := member("cart", pod("cart-new-1", "1-26"))
+	rolling.Status.UpdatedReplicas = 0
+	rolling.Pods[0].Ready = false
+	rolling.Pods[0].Waiting = "CrashLoopBackOff"
+	old := member("web", pod("web-new-1", "1-26"), canary.Pod{Name: "web-old-1", Current: false, Running: true})
+	old.Replicas, old.Status.Replicas, old.Status.UpdatedReplicas, old.Status.AvailableReplicas = 2, 2, 2, 2
+	stale := member("api", pod("api-1", "1-26"))
+	stale.Generation = 3
+
+	tests := []struct {
+		name   string
+		wave   canary.WaveUnderTest
+		now    time.Time
+		result canary.Result
+		reason string
+	}{
+		{"a rolled-out wave passes", wave(member("cart", pod("cart-1", "1-26"), pod("cart-2", "1-26"))), t0, canary.ResultPass, "1 of 1 workloads rolled out"},
+		{"a rollout in progress is pending with what it waits for", wave(rolling), t0.Add(time.Minute), canary.ResultPending,
+			"1 of 1 workloads rolling out: cart: 0 of 1 replicas updated; pod cart-new-1 not ready (CrashLoopBackOff)"},
+		{"past its deadline it fails with the reason", wave(rolling), t0.Add(5 * time.Minute), canary.ResultFail,
+			"cart did not roll out within 5m0s: 0 of 1 replicas updated; pod cart-new-1 not ready (CrashLoopBackOff)"},
+		{"an old pod left is not rolled out", wave(old), t0, canary.ResultPending, "1 of 1 workloads rolling out: web: old pods still present: web-old-1"},
+		{"an unobserved generation is not rolled out", wave(stale), t0, canary.ResultPending,
+			"1 of 1 workloads rolling out: api: the deployment controller has not seen generation 3 yet"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := RolloutGate{}.Evaluate(context.Background(), tt.wave, tt.now)
+			assert.Equal(t, tt.result, v.Result)
+			assert.Equal(t, tt.reason, v.Reason)
+		})
+	}
+}
+
+func TestInjectionGate(t *testing.T) {
+	tests := []struct {
+		name   string
+		wave   canary.WaveUnderTest
+		result canary.Result
+		reason string
+	}{
+		{"pods of the target pass", wave(member("cart", pod("cart-1", "1-26"))), canary.ResultPass, "1 new pods injected by 1-26"},
+		{"a pod of the wrong revision fails, named", wave(member("cart", pod("cart-1", "1-26"), pod("cart-2", "1-25"))), canary.ResultFail,
+			"pod cart-2 was injected by 1-25, not 1-26"},
+		{"an uninjected pod fails, named", wave(member("cart", pod("cart-1", ""))), canary.ResultFail, "pod cart-1 was not injected"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := InjectionGate{}.Evaluate(context.Background(), tt.wave, t0)
+			assert.Equal(t, tt.result, v.Result)
+			assert.Equal(t, tt.reason, v.Reason)
+			if tt.result == canary.ResultFail {
+				assert.Equal(t, "cart", v.Failed[0].Name)
+			}
+		})
+	}
+}
+
+type fakeSource map[string][]ProxySync // by IP; a missing IP is unreachable
+
+func (f fakeSource) Syncz(_ context.Context, ip, _ string) ([]ProxySync, error) {
+	ps, ok := f[ip]
+	if !ok {
+		return nil, errors.New("connection refused")
+	}
+	return ps, nil
+}
+
+func synced(id string) ProxySync {
+	return ProxySync{ID: id, Status: map[string]statusv3.ConfigStatus{
+		TypeCDS: statusv3.ConfigStatus_SYNCED, TypeLDS: statusv3.ConfigStatus_SYNCED, TypeEDS: statusv3.ConfigStatus_SYNCED,
+		TypeRDS: statusv3.ConfigStatus_SYNCED, TypeECDS: statusv3.ConfigStatus_NOT_SENT,
+	}}
+}
+
+func withStatus(p ProxySync, t string, s statusv3.ConfigStatus) ProxySync {
+	p.Status[t] = s
+	return p
+}
+
+func TestSyncGate(t *testing.T) {
+	istiods := map[string][]Istiod{
+		"1-26": {{Pod: "istiod-1-26-a", IP: "10.0.0.1"}, {Pod: "istiod-1-26-b", IP: "10.0.0.2"}},
+		"1-25": {{Pod: "istiod-1-25-a", IP: "10.0.1.1"}},
+	}
+	w := wave(member("cart", pod("cart-1", "1-26"), pod("cart-2", "1-26")))
+	started := w
+	started.Analysis.Started = map[string]time.Time{GateSync: t0}
+	tests := []struct {
+		name   string
+		src    fakeSource
+		wave   canary.WaveUnderTest
+		now    time.Time
+		result canary.Result
+		reason string
+	}{
+		{"every proxy SYNCED on some replica passes; ECDS not sent is normal", fakeSource{
+			"10.0.0.1": {synced("cart-1.shop"), synced("other-1.shop")}, "10.0.0.2": {synced("cart-2.shop")}, "10.0.1.1": nil,
+		}, started, t0, canary.ResultPass, "2 of 2 proxies SYNCED with istiod 1-26"},
+		{"a STALE proxy within the timeout is pending", fakeSource{
+			"10.0.0.1": {withStatus(synced("cart-1.shop"), TypeRDS, statusv3.ConfigStatus_STALE), synced("cart-2.shop")}, "10.0.0.2": nil,
+		}, started, t0.Add(30 * time.Second), canary.ResultPending, "1 of 2 proxies SYNCED with istiod 1-26; cart-1.shop STALE on RDS with istiod-1-26-a"},
+		{"a STALE proxy past the timeout fails, naming the pod and the type", fakeSource{
+			"10.0.0.1": {withStatus(synced("cart-1.shop"), TypeRDS, statusv3.ConfigStatus_STALE), synced("cart-2.shop")}, "10.0.0.2": nil,
+		}, started, t0.Add(2 * time.Minute), canary.ResultFail, "1 of 2 proxies SYNCED with istiod 1-26; cart-1.shop STALE on RDS with istiod-1-26-a after 2m0s"},
+		{"NOT_SENT on a subscribed type is not in sync", fakeSource{
+			"10.0.0.1": {withStatus(synced("cart-1.shop"), TypeCDS, statusv3.ConfigStatus_NOT_SENT), synced("cart-2.shop")}, "10.0.0.2": nil,
+		}, started, t0.Add(2 * time.Minute), canary.ResultFail, "1 of 2 proxies SYNCED with istiod 1-26; cart-1.shop NOT_SENT on CDS with istiod-1-26-a after 2m0s"},
+		{"a NACK is reported as such", fakeSource{
+			"10.0.0.1": {withStatus(synced("cart-1.shop"), TypeLDS, statusv3.ConfigStatus_ERROR), synced("cart-2.shop")}, "10.0.0.2": nil,
+		}, started, t0.Add(2 * time.Minute), canary.ResultFail, "1 of 2 proxies SYNCED with istiod 1-26; cart-1.shop ERROR (NACK) on LDS with istiod-1-26-a after 2m0s"},
+		{"a proxy still on the source istiod fails after the timeout, saying where it is", fakeSource{
+			"10.0.0.1": {synced("cart-1.shop")}, "10.0.0.2": nil, "10.0.1.1": {synced("cart-2.shop")},
+		}, started, t0.Add(2 * time.Minute), canary.ResultFail, "1 of 2 proxies SYNCED with istiod 1-26; cart-2.shop is connected to istiod 1-25, not 1-26 after 2m0s"},
+		{"a missing proxy is pending before the timeout", fakeSource{
+			"10.0.0.1": {synced("cart-1.shop")}, "10.0.0.2": nil, "10.0.1.1": nil,
+		}, started, t0.Add(time.Second), canary.ResultPending, "1 of 2 proxies SYNCED with istiod 1-26; cart-2.shop is not connected to istiod 1-26"},
+		{"an unreachable replica that might hold a missing proxy is inconclusive", fakeSource{
+			"10.0.0.1": {synced("cart-1.shop")},
+		}, started, t0.Add(5 * time.Minute), canary.ResultInconclusive, "1 of 2 proxies SYNCED with istiod 1-26; istiod-1-26-b (10.0.0.2) did not answer: connection refused"},
+		{"an unreachable replica does not matter when every proxy was found", fakeSource{
+			"10.0.0.1": {synced("cart-1.shop"), synced("cart-2.shop")},
+		}, started, t0, canary.ResultPass, "2 of 2 proxies SYNCED with istiod 1-26"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := SyncGate{Source: tt.src, Istiods: func(rev string) []Istiod { return istiods[rev] }, Timeout: 2 * time.Minute, Interval: 5 * time.Second}
+			v := g.Evaluate(context.Background(), tt.wave, tt.now)
+			assert.Equal(t, tt.result, v.Result)
+			assert.Equal(t, tt.reason, v.Reason)
+			assert.True(t, v.Checked)
+		})
+	}
+}
+
+func TestSyncGateWaitsItsInterval(t *testing.T) {
+	w := wave(member("cart", pod("cart-1", "1-26")))
+	w.Analysis.Checked = map[string]time.Time{GateSync: t0}
+	g := SyncGate{Source: fakeSource{}, Istiods: func(string) []Istiod { return nil }, Timeout: time.Minute, Interval: 5 * time.Second}
+	v := g.Evaluate(context.Background(), w, t0.Add(2*time.Second))
+	assert.Equal(t, canary.ResultPending, v.Result)
+	assert.True(t, v.Deferred)
+	assert.Equal(t, 3*time.Second, v.RetryAfter)
+}
+
+func TestSyncGateWithNoIstiodIsInconclusive(t *testing.T) {
+	g := SyncGate{Source: fakeSource{}, Istiods: func(string) []Istiod { return nil }, Timeout: time.Minute, Interval: 5 * time.Second}
+	v := g.Evaluate(context.Background(), wave(member("cart", pod("cart-1", "1-26"))), t0)
+	assert.Equal(t, canary.ResultInconclusive, v.Result)
+	assert.Equal(t, "no Ready istiod pod of revision 1-26 to ask", v.Reason)
+}
+
+// fakeProm answers every query with the same vector or error, and counts.
+type fakeProm struct {
+	vec     model.Vector
+	err     error
+	queries []string
+}
+
+func (f *fakeProm) Query(_ context.Context, q string, _ time.Time, _ ...promv1.Option) (model.Value, promv1.Warnings, error) {
+	f.queries = append(f.queries, q)
+	if f.err != nil {
+		return nil, nil, f.err
+	}
+	return f.vec, nil, nil
+}
+
+func series(workload, kind string, v float64) *model.Sample {
+	return &model.Sample{Metric: model.Metric{"destination_workload": model.LabelValue(workload), seriesLabel: model.LabelValue(kind)}, Value: model.SampleValue(v)}
+}
+
+func TestMetricVerdicts(t *testing.T) {
+	two := wave(member("cart", pod("cart-1", "1-26")), member("web", pod("web-1", "1-26")))
+	one := wave(member("cart", pod("cart-1", "1-26")))
+	tests := []struct {
+		name   string
+		wave   canary.WaveUnderTest
+		vec    model.Vector
+		err    error
+		result canary.Result
+		reason string
+	}{
+		{"values within the threshold pass", one, model.Vector{series("cart", "value", 0.01), series("cart", "requests", 600)}, nil,
+			canary.ResultPass, "cart: 1.00% <= threshold 5.00%"},
+		{"a value over the threshold fails, with both numbers", one, model.Vector{series("cart", "value", 0.3), series("cart", "requests", 600)}, nil,
+			canary.ResultFail, "cart: 30.00% > threshold 5.00%"},
+		{"a value over the baseline by more than the tolerance fails", one, model.Vector{series("cart", "value", 0.04), series("cart", "baseline", 0.01), series("cart", "requests", 600)}, nil,
+			canary.ResultFail, "cart: 4.00% > baseline 1.00% +100%"},
+		{"a value within the tolerance of its baseline passes", one, model.Vector{series("cart", "value", 0.015), series("cart", "baseline", 0.01), series("cart", "requests", 600)}, nil,
+			canary.ResultPass, "cart: 1.50% <= threshold 5.00%, baseline 1.00%"},
+		{"a zero baseline leaves only the threshold", one, model.Vector{series("cart", "value", 0.02), series("cart", "baseline", 0), series("cart", "requests", 600)}, nil,
+			canary.ResultPass, "cart: 2.00% <= threshold 5.00%"},
+		{"fewer requests than the minimum are inconclusive, never a pass", one, model.Vector{series("cart", "value", 0), series("cart", "requests", 12)}, nil,
+			canary.ResultInconclusive, "cart: 12 requests < minimum 50"},
+		{"an empty vector is inconclusive", one, model.Vector{}, nil, canary.ResultInconclusive, "cart: no request count"},
+		{"NaN is inconclusive: 0/0 when there was no traffic", one, model.Vector{series("cart", "value", math.NaN()), series("cart", "requests", 600)}, nil,
+			canary.ResultInconclusive, "cart: the value is NaN"},
+		{"a value missing beside a count is no data", one, model.Vector{series("cart", "requests", 600)}, nil, canary.ResultInconclusive, "cart: no data"},
+		{"a negative value, as raw counters give after a reset, is inconclusive", one, model.Vector{series("cart", "value", -0.5), series("cart", "requests", 600)}, nil,
+			canary.ResultInconclusive, "cart: negative value -50.00% (a counter reset in the window?)"},
+		{"one failing workload fails the check, and only it is named failed", two, model.Vector{
+			series("cart", "value", 0.3), series("cart", "requests", 600), series("web", "value", 0), series("web", "requests", 600)}, nil,
+			canary.ResultFail, "cart: 30.00% > threshold 5.00%"},
+		{"a fail outweighs an inconclusive", two, model.Vector{
+			series("cart", "value", 0.3), series("cart", "requests", 600), series("web", "requests", 3)}, nil,
+			canary.ResultFail, "cart: 30.00% > threshold 5.00%"},
+		{"Prometheus unreachable is inconclusive", one, nil, errors.New("dial tcp 127.0.0.1:9090: connect: connection refused"),
+			canary.ResultInconclusive, "Prometheus did not answer: dial tcp 127.0.0.1:9090: connect: connection refused"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			prom := &fakeProm{vec: tt.vec, err: tt.err}
+			g, err := NewMetricGate(ErrorRateCheck(0.05, 1.0, 50), prom, 0, 30*time.Second, time.Minute, 0)
+			require.NoError(t, err)
+			tt.wave.Analysis.ReadyAt = &t0
+			v := g.Evaluate(context.Background(), tt.wave, t0.Add(time.Minute))
+			assert.Equal(t, tt.result, v.Result)
+			assert.Equal(t, tt.reason, v.Reason)
+			assert.True(t, v.Analysis)
+			assert.True(t, v.Checked)
+			assert.Len(t, prom.queries, 1, "one query per check per run, whatever the wave's size")
+			if tt.result == canary.ResultFail {
+				require.Len(t, v.Failed, 1)
+				assert.Equal(t, "cart", v.Failed[0].Name)
+			}
+		})
+	}
+}
+
+func TestMetricMeasurementsCarryValueThresholdAndBaseline(t *testing.T) {
+	prom := &fakeProm{vec: model.Vector{series("cart", "value", 0.3), series("cart", "baseline", 0.01), series("cart", "requests", 600)}}
+	g, err := NewMetricGate(ErrorRateCheck(0.05, 1.0, 50), prom, 0, 30*time.Second, time.Minute, 0)
+	require.NoError(t, err)
+	w := wave(member("cart", pod("cart-1", "1-26")))
+	w.Analysis.ReadyAt = &t0
+	v := g.Evaluate(context.Background(), w, t0.Add(time.Minute))
+	assert.Equal(t, []canary.Measurement{{Check: "error-rate", Workload: "cart", Value: 0.3, Threshold: ptr(0.05), Baseline: ptr(0.01), Result: canary.ResultFail}}, v.Measurements)
+}
+
+func TestMetricGateBakesThenRunsEveryInterval(t *testing.T) {
+	prom := &fakeProm{vec: model.Vector{series("cart", "value", 0), series("cart", "requests", 600)}}
+	g, err := NewMetricGate(ErrorRateCheck(0.05, 0, 50), prom, 2*time.Minute, 30*time.Second, time.Minute, 0)
+	require.NoError(t, err)
+	w := wave(member("cart", pod("cart-1", "1-26")))
+	w.Analysis.ReadyAt = &t0
+
+	v := g.Evaluate(context.Background(), w, t0.Add(90*time.Second))
+	assert.True(t, v.Deferred)
+	assert.Equal(t, "baking for 30s", v.Reason)
+	assert.Empty(t, prom.queries, "nothing is asked while baking")
+
+	v = g.Evaluate(context.Background(), w, t0.Add(2*time.Minute))
+	assert.Equal(t, canary.ResultPass, v.Result)
+	w.Analysis.Checked = map[string]time.Time{"error-rate": t0.Add(2 * time.Minute)}
+	v = g.Evaluate(context.Background(), w, t0.Add(2*time.Minute+10*time.Second))
+	assert.True(t, v.Deferred)
+	assert.Equal(t, 20*time.Second, v.RetryAfter)
+	assert.Len(t, prom.queries, 1)
+}
+
+func TestTheQueryJoinsValueRequestsAndBaselineInOne(t *testing.T) {
+	g, err := NewMetricGate(ErrorRateCheck(0.05, 1, 50), &fakeProm{}, 0, 0, time.Minute, 0)
+	require.NoError(t, err)
+	w := wave(member("web", pod("w", "1-26")), member("cart.v2", pod("c", "1-26")))
+	q, err := g.Query(w, t0.Add(95*time.Second+300*time.Millisecond))
+	require.NoError(t, err)
+	rate := func(offset, code string) string {
+		return fmt.Sprintf(`sum by (destination_workload) (rate(istio_requests_total{reporter="destination",destination_workload_namespace="shop",destination_workload=~"cart\.v2|web"%s}[1m]%s))`, code, offset)
+	}
+	ratio := func(offset string) string { return rate(offset, `,response_code=~"5.."`) + " / " + rate(offset, "") }
+	want := `label_replace(` + ratio("") + `, "meshwave_series", "value", "", "")` +
+		` or label_replace(sum by (destination_workload) (increase(istio_requests_total{reporter="destination",destination_workload_namespace="shop",destination_workload=~"cart\.v2|web"}[1m])), "meshwave_series", "requests", "", "")` +
+		` or label_replace(` + ratio(" offset 1m35s") + `, "meshwave_series", "baseline", "", "")`
+	assert.Equal(t, want, q)
+}
+
+func TestACheckWithAToleranceNeedsAnOffsetPlaceholder(t *testing.T) {
+	_, err := NewMetricGate(Check{Name: "mine", Query: `sum by (app) (rate(x[{{.Window}}]))`, Requests: `x`, GroupBy: "app", Tolerance: 0.5}, &fakeProm{}, 0, 0, time.Minute, 0)
+	require.EqualError(t, err, "check mine: a tolerance needs a baseline, so the query must place {{.Offset}} after its range selectors")
+}
+
+func TestChainStopsAtTheFirstGateThatDoesNotPass(t *testing.T) {
+	w := wave(member("cart", pod("cart-1", "1-25")))
+	prom := &fakeProm{}
+	g, _ := NewMetricGate(ErrorRateCheck(0.05, 0, 50), prom, 0, 0, time.Minute, 0)
+	vs := Chain{RolloutGate{}, InjectionGate{}, g}.Evaluate(context.Background(), w, t0)
+	require.Len(t, vs, 2)
+	assert.Equal(t, "rollout", vs[0].Gate)
+	assert.Equal(t, "injection", vs[1].Gate)
+	assert.Equal(t, canary.ResultFail, vs[1].Result)
+	assert.Empty(t, prom.queries)
+}
