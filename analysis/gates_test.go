@@ -197,12 +197,12 @@ type fakeProm struct {
 	queries []string
 }
 
-func (f *fakeProm) Query(_ context.Context, q string, _ time.Time, _ ...promv1.Option) (model.Value, promv1.Warnings, error) {
+func (f *fakeProm) Query(_ context.Context, q string, _ time.Time, _ ...promv1.Option) (model.Value, promv1.Warnings, promv1.Infos, error) {
 	f.queries = append(f.queries, q)
 	if f.err != nil {
-		return nil, nil, f.err
+		return nil, nil, nil, f.err
 	}
-	return f.vec, nil, nil
+	return f.vec, nil, nil, nil
 }
 
 func series(workload, kind string, v float64) *model.Sample {

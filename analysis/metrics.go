@@ -20,8 +20,10 @@ import (
 
 // Querier runs an instant PromQL query. promv1.API satisfies it.
 type Querier interface {
-	Query(ctx context.Context, query string, ts time.Time, opts ...promv1.Option) (model.Value, promv1.Warnings, error)
+	Query(ctx context.Context, query string, ts time.Time, opts ...promv1.Option) (model.Value, promv1.Warnings, promv1.Infos, error)
 }
+
+var _ Querier = promv1.API(nil)
 
 // Check is one metric check of a wave's workloads.
 type Check struct {
@@ -209,7 +211,7 @@ func (g *MetricGate) run(ctx context.Context, wave canary.WaveUnderTest, now tim
 		ctx, cancel = context.WithTimeout(ctx, g.QueryTimeout)
 		defer cancel()
 	}
-	val, _, err := g.Prometheus.Query(ctx, q, now)
+	val, _, _, err := g.Prometheus.Query(ctx, q, now)
 	if err != nil {
 		return canary.Verdict{Result: canary.ResultInconclusive, Reason: "Prometheus did not answer: " + err.Error()}
 	}

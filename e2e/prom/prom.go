@@ -261,7 +261,7 @@ func (s *Server) Addr() string { return s.addr }
 
 // Query evaluates an instant query now.
 func (s *Server) Query(ctx context.Context, q string) (model.Vector, error) {
-	v, _, err := s.API.Query(ctx, q, time.Now())
+	v, _, _, err := s.API.Query(ctx, q, time.Now())
 	if err != nil {
 		return nil, err
 	}
