@@ -88,9 +88,6 @@ type LeaderElection struct {
 	RetryPeriod   Duration `json:"retryPeriod"`
 }
 
-// Gates configures the gates. The rollout gate always runs.
-type Gates struct{}
-
 // DefaultConfig returns the configuration with every default filled in.
 func DefaultConfig() Config {
 	return Config{
@@ -112,6 +109,7 @@ func DefaultConfig() Config {
 			RenewDeadline: Duration(10 * time.Second),
 			RetryPeriod:   Duration(2 * time.Second),
 		},
+		Gates: defaultGates(),
 	}
 }
 
@@ -199,6 +197,7 @@ func (c Config) Validate() error {
 				"ordered leaseDuration > renewDeadline > retryPeriod > 0")
 		}
 	}
+	errs = append(errs, c.Gates.validate()...)
 	return errors.Join(errs...)
 }
 
@@ -214,5 +213,7 @@ func (c Config) Decisions() canary.Config {
 		FailurePolicy:      policy,
 		MaxFailedPercent:   c.MaxFailedPercent,
 		InconclusiveLimit:  c.InconclusiveLimit,
+		RequiredPasses:     c.Gates.Metrics.RequiredPasses,
+		AnalysisInterval:   c.Gates.Metrics.Interval.D(),
 	}.WithDefaults()
 }

@@ -31,9 +31,11 @@ import (
 type Options struct {
 	Client kubernetes.Interface
 	Config Config
-	// Gates builds the chain that judges a wave; default: the rollout gate
-	// and, for rollbacks, the injection gate against the source.
+	// Gates builds the chain that judges a wave; default: the chain the
+	// configuration describes, talking to GateDeps.
 	Gates func(canary.WaveUnderTest) analysis.Chain
+	// GateDeps replace the outside systems the configured gates talk to.
+	GateDeps GateDeps
 	// Clock defaults to the real clock.
 	Clock clock.Clock
 	// Recorder defaults to one that writes Events through Client.
@@ -87,7 +89,15 @@ func New(opts Options) (*Controller, error) {
 		expect:   newExpectations(),
 	}
 	if c.gates == nil {
-		c.gates = DefaultGates
+		deps := opts.GateDeps
+		if deps.Istiods == nil {
+			deps.Istiods = c.caches.Istiods(opts.Config.RootNamespace)
+		}
+		gates, err := opts.Config.Gates.BuildGates(deps)
+		if err != nil {
+			return nil, err
+		}
+		c.gates = gates
 	}
 	if c.clock == nil {
 		c.clock = clock.RealClock{}
@@ -102,16 +112,6 @@ func New(opts Options) (*Controller, error) {
 		return nil, err
 	}
 	return c, nil
-}
-
-// DefaultGates is the rollout gate, followed for a rollback by the check
-// that the pods came back to the source revision.
-func DefaultGates(w canary.WaveUnderTest) analysis.Chain {
-	chain := analysis.Chain{analysis.RolloutGate{}}
-	if w.Rollback {
-		chain = append(chain, analysis.InjectionGate{})
-	}
-	return chain
 }
 
 // Caches exposes the informer caches, for the CLI and metrics.

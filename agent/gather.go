@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/meshwave/meshwave/analysis"
 	"github.com/meshwave/meshwave/canary"
 )
 
@@ -187,6 +188,25 @@ func (c *Caches) mesh(rootNamespace string) (canary.Mesh, error) {
 		m.Revisions[rev.Name] = rev
 	}
 	return m, nil
+}
+
+// Istiods returns a lister of the Ready istiod pods of a revision, with
+// their IPs, for the sync gate.
+func (c *Caches) Istiods(rootNamespace string) func(string) []analysis.Istiod {
+	return func(rev string) []analysis.Istiod {
+		pods, err := c.Pods.Pods(rootNamespace).List(labels.SelectorFromSet(labels.Set{"app": "istiod", canary.LabelRev: rev}))
+		if err != nil {
+			return nil
+		}
+		var out []analysis.Istiod
+		for _, p := range pods {
+			if p.DeletionTimestamp == nil && p.Status.PodIP != "" && podOf(p).Ready {
+				out = append(out, analysis.Istiod{Pod: p.Name, IP: p.Status.PodIP})
+			}
+		}
+		sort.Slice(out, func(i, j int) bool { return out[i].Pod < out[j].Pod })
+		return out
+	}
 }
 
 // peers are the other namespaces that opted in or still carry a status.

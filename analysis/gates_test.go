@@ -307,7 +307,9 @@ func TestTheQueryJoinsValueRequestsAndBaselineInOne(t *testing.T) {
 	rate := func(offset, code string) string {
 		return fmt.Sprintf(`sum by (destination_workload) (rate(istio_requests_total{reporter="destination",destination_workload_namespace="shop",destination_workload=~"cart\.v2|web"%s}[1m]%s))`, code, offset)
 	}
-	ratio := func(offset string) string { return rate(offset, `,response_code=~"5.."`) + " / " + rate(offset, "") }
+	ratio := func(offset string) string {
+		return "(" + rate(offset, `,response_code=~"5.."`) + " or " + rate(offset, "") + " * 0) / " + rate(offset, "")
+	}
 	want := `label_replace(` + ratio("") + `, "meshwave_series", "value", "", "")` +
 		` or label_replace(sum by (destination_workload) (increase(istio_requests_total{reporter="destination",destination_workload_namespace="shop",destination_workload=~"cart\.v2|web"}[1m])), "meshwave_series", "requests", "", "")` +
 		` or label_replace(` + ratio(" offset 1m35s") + `, "meshwave_series", "baseline", "", "")`

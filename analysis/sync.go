@@ -42,6 +42,11 @@ func (SyncGate) Name() string { return GateSync }
 
 // Evaluate implements Gate.
 func (g SyncGate) Evaluate(ctx context.Context, wave canary.WaveUnderTest, now time.Time) canary.Verdict {
+	if wave.Analysis.ReadyAt != nil {
+		// The wave passed this gate before its metric checks began; asking
+		// again every interval would hold them up for nothing.
+		return canary.Verdict{Result: canary.ResultPass, Deferred: true, Reason: "verified before the metric checks began"}
+	}
 	if v, wait := notDue(wave, GateSync, g.Interval, now); wait {
 		return v
 	}

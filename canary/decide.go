@@ -525,14 +525,25 @@ func (d *decider) judge() {
 	v, notPassed := First(verdicts)
 	if !notPassed || v.Analysis {
 		// Every gate before the metric checks passed: the wave is up, and
-		// its bake time counts from the first time that is seen.
+		// its bake time counts from the first time that is seen. Those
+		// gates' verdicts are kept, with their numbers.
 		if a := d.analysisState(); a.ReadyAt == nil {
 			a.ReadyAt = timePtr(d.now)
+			var ready []Verdict
+			for _, x := range verdicts {
+				if !x.Analysis {
+					ready = append(ready, x)
+				}
+			}
+			st.Verdicts = trimVerdicts(ready)
 		}
+	}
+	if st.Analysis != nil && st.Analysis.ReadyAt != nil {
 		st.Phase = PhaseAnalyzing
 	} else {
 		st.Phase = PhaseMigrating
 	}
+	verdicts = carryForward(verdicts, st.Verdicts)
 	d.recordChecks(verdicts)
 	if notPassed && v.Result == ResultPending && !v.Checked {
 		// Progress (a rollout under way, a bake time running) is not
@@ -595,6 +606,24 @@ func (d *decider) recordChecks(verdicts []Verdict) {
 		}
 		a.Checked[v.Gate] = d.now
 	}
+}
+
+// carryForward replaces a deferred pass (a gate not asked again) with the
+// verdict it gave when it was asked, so the status keeps its numbers.
+func carryForward(verdicts, previous []Verdict) []Verdict {
+	out := make([]Verdict, len(verdicts))
+	for i, v := range verdicts {
+		out[i] = v
+		if v.Result != ResultPass || !v.Deferred {
+			continue
+		}
+		for _, p := range previous {
+			if p.Gate == v.Gate && p.Result == ResultPass {
+				out[i] = p
+			}
+		}
+	}
+	return out
 }
 
 func hasAnalysis(vs []Verdict) bool {
@@ -906,7 +935,11 @@ func (d *decider) rollingBack() {
 		d.requeue(v.RetryAfter)
 		return
 	}
-	st.Verdicts = trimVerdicts(verdicts)
+	// The status keeps the verdicts that led to the rollback; the
+	// rollback's own checks show only when they fail.
+	if notPassed {
+		st.Verdicts = trimVerdicts(verdicts)
+	}
 	if !notPassed {
 		st.Phase = PhaseRolledBack
 		st.WaveState = ""

@@ -25,20 +25,16 @@ import (
 )
 
 // PodSelector picks pods by namespace and labels. An empty Namespace matches
-// every namespace; a nil Labels matches every pod. CreatedAfter, when set,
-// limits it to pods created after that moment, such as the new pods of a
-// rollout.
+// every namespace; a nil Labels matches every pod. OnlyNew limits a fault to
+// the pods created after it was staged, such as the new pods of a rollout.
 type PodSelector struct {
-	Namespace    string
-	Labels       labels.Selector
-	CreatedAfter time.Time
+	Namespace string
+	Labels    labels.Selector
+	OnlyNew   bool
 }
 
 func (s PodSelector) matches(pod *corev1.Pod) bool {
 	if s.Namespace != "" && s.Namespace != pod.Namespace {
-		return false
-	}
-	if !s.CreatedAfter.IsZero() && !pod.CreationTimestamp.Time.After(s.CreatedAfter) {
 		return false
 	}
 	return s.Labels == nil || s.Labels.Matches(labels.Set(pod.Labels))
@@ -68,6 +64,13 @@ type faultRule struct {
 	id       int
 	selector PodSelector
 	fault    PodFault
+	// existing are the pods that matched when an OnlyNew rule was staged;
+	// creation timestamps have one-second resolution, UIDs are exact.
+	existing map[types.UID]bool
+}
+
+func (r faultRule) matches(pod *corev1.Pod) bool {
+	return r.selector.matches(pod) && !r.existing[pod.UID]
 }
 
 type ipRule struct {
@@ -134,10 +137,21 @@ func (k *Kubelet) HoldUnready(sel PodSelector) (release func()) { return k.addFa
 func (k *Kubelet) CrashLoop(sel PodSelector) (release func()) { return k.addFault(sel, CrashLoop) }
 
 func (k *Kubelet) addFault(sel PodSelector, fault PodFault) func() {
+	rule := faultRule{selector: sel, fault: fault}
+	if sel.OnlyNew {
+		rule.existing = map[types.UID]bool{}
+		pods, _ := k.lister.List(labels.Everything())
+		for _, p := range pods {
+			if sel.matches(p) {
+				rule.existing[p.UID] = true
+			}
+		}
+	}
 	k.mu.Lock()
 	k.nextRule++
 	id := k.nextRule
-	k.faults = append(k.faults, faultRule{id: id, selector: sel, fault: fault})
+	rule.id = id
+	k.faults = append(k.faults, rule)
 	k.mu.Unlock()
 	k.requeueMatching(sel)
 	return func() {
@@ -166,7 +180,7 @@ func (k *Kubelet) faultFor(pod *corev1.Pod) PodFault {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	for _, r := range k.faults {
-		if r.selector.matches(pod) {
+		if r.matches(pod) {
 			return r.fault
 		}
 	}

@@ -118,18 +118,20 @@ func (in *injector) register(ctx context.Context, rev Revision) error {
 }
 
 // registerTag installs istio-revision-tag-<tag>: the same rev.* webhooks,
-// keyed on the tag's name, injecting with the revision it points at.
-func (in *injector) registerTag(ctx context.Context, tag, rev string) error {
+// keyed on the tag's name, labelled with the revision it points at and
+// calling the injector of injectRev (the same revision, unless a scenario
+// stages a broken tag).
+func (in *injector) registerTag(ctx context.Context, tag, rev, injectRev string) error {
 	mwc := &admissionregv1.MutatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:   "istio-revision-tag-" + tag,
 			Labels: map[string]string{LabelTag: tag, LabelRev: rev, "app": "sidecar-injector"},
 		},
 		Webhooks: []admissionregv1.MutatingWebhook{
-			in.webhook("rev.namespace.sidecar-injector.istio.io", rev,
+			in.webhook("rev.namespace.sidecar-injector.istio.io", injectRev,
 				selector(exists(LabelInjection, false), in_(LabelRev, tag)),
 				selector(notIn(KeyInject, "false"))),
-			in.webhook("rev.object.sidecar-injector.istio.io", rev,
+			in.webhook("rev.object.sidecar-injector.istio.io", injectRev,
 				selector(exists(LabelRev, false), exists(LabelInjection, false)),
 				selector(notIn(KeyInject, "false"), in_(LabelRev, tag))),
 		},

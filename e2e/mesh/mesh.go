@@ -272,7 +272,18 @@ func (m *Mesh) InstallRevision(ctx context.Context, rev Revision) error {
 
 // SetTag points revision tag at rev, creating or moving it.
 func (m *Mesh) SetTag(ctx context.Context, tag, rev string) error {
-	if err := m.injector.registerTag(ctx, tag, rev); err != nil {
+	return m.setTag(ctx, tag, rev, rev)
+}
+
+// MisrouteTag stages a broken tag: its configuration says it points at rev,
+// but its webhooks call the injector of injectRev, as a tag repointed by
+// hand half-way would. Pods it injects carry injectRev in their status.
+func (m *Mesh) MisrouteTag(ctx context.Context, tag, rev, injectRev string) error {
+	return m.setTag(ctx, tag, rev, injectRev)
+}
+
+func (m *Mesh) setTag(ctx context.Context, tag, rev, injectRev string) error {
+	if err := m.injector.registerTag(ctx, tag, rev, injectRev); err != nil {
 		return err
 	}
 	svc := &corev1.Service{

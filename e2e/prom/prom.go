@@ -61,6 +61,8 @@ type Server struct {
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan struct{}
+	// started is when the process last started.
+	started time.Time
 }
 
 // FindBinary locates the prometheus executable as described on Options.
@@ -178,7 +180,7 @@ func (s *Server) start(ctx context.Context) error {
 		close(exited)
 	}()
 	s.mu.Lock()
-	s.cmd, s.exited = cmd, exited
+	s.cmd, s.exited, s.started = cmd, exited, time.Now()
 	s.mu.Unlock()
 
 	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
@@ -272,9 +274,17 @@ func (s *Server) Query(ctx context.Context, q string) (model.Vector, error) {
 	return vec, nil
 }
 
-// WaitForScrape waits until job has been scraped successfully.
+// WaitForScrape waits until job has been scraped successfully since the
+// server last started. A restarted Prometheus serves the samples it had
+// before it stopped, up included, until its first scrape about six seconds
+// later, so a plain "up == 1" would pass on stale data.
 func (s *Server) WaitForScrape(ctx context.Context, job string, timeout time.Duration) error {
-	return s.WaitForQuery(ctx, fmt.Sprintf(`up{job=%q} == 1`, job), 1, timeout)
+	s.mu.Lock()
+	since := s.started.Unix()
+	s.mu.Unlock()
+	// timestamp() must take the plain selector: applied to "up == 1" it
+	// returns the evaluation time, which is always fresh.
+	return s.WaitForQuery(ctx, fmt.Sprintf(`timestamp(up{job=%q}) > %d and up{job=%q} == 1`, job, since, job), 1, timeout)
 }
 
 // WaitForQuery waits until q returns at least n series. Use it to wait for

@@ -102,9 +102,18 @@ func (c *apiCounter) report(t *testing.T) {
 }
 
 // testConfig is the agent's configuration for scenarios: real defaults,
-// with waits shortened so a scenario takes seconds.
-func testConfig() agent.Config {
+// with waits shortened so a scenario takes seconds. The xDS sync gate asks
+// the world's istiods over gRPC and TLS with a real token of the
+// meshwave service account, audience istio-ca, as the chart mounts it.
+func testConfig(f *fixture.Fixture) agent.Config {
+	f.T.Helper()
 	cfg := agent.DefaultConfig()
+	token := filepath.Join(f.T.TempDir(), "istio-token")
+	require.NoError(f.T, os.WriteFile(token, []byte(f.IstioCAToken("meshwave")), 0o600))
+	cfg.Gates.Sync.TokenFile = token
+	cfg.Gates.Sync.Port = f.World.Mesh.Ports().GRPCTLS
+	cfg.Gates.Sync.Interval = agent.Duration(time.Second)
+	cfg.Gates.Sync.Timeout = agent.Duration(20 * time.Second)
 	cfg.DelayBetweenWaves = agent.Duration(300 * time.Millisecond)
 	cfg.ReadinessTimeout = agent.Duration(time.Minute)
 	cfg.ResyncPeriod = 0
@@ -126,11 +135,18 @@ type runningAgent struct {
 // through counter.
 func startAgent(t *testing.T, f *fixture.Fixture, cfg agent.Config, counter *apiCounter, identity string) *runningAgent {
 	t.Helper()
+	return startAgentWith(t, f, cfg, counter, identity, agent.GateDeps{})
+}
+
+// startAgentWith is startAgent with some of the gates' outside systems
+// replaced, such as a counting Prometheus client.
+func startAgentWith(t *testing.T, f *fixture.Fixture, cfg agent.Config, counter *apiCounter, identity string, deps agent.GateDeps) *runningAgent {
+	t.Helper()
 	rc := rest.CopyConfig(f.World.Cluster.Config)
 	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper { return countingTransport{c: counter, next: rt} })
 	client, err := kubernetes.NewForConfig(rc)
 	require.NoError(t, err)
-	ctrl, err := agent.New(agent.Options{Client: client, Config: cfg, Identity: identity})
+	ctrl, err := agent.New(agent.Options{Client: client, Config: cfg, Identity: identity, GateDeps: deps})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	logger := funcr.New(func(prefix, args string) {

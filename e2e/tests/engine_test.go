@@ -68,7 +68,7 @@ func TestMeshV1SettingsArePersistedAsTheRunbookDoes(t *testing.T) {
 
 	optIn(f, ns, "1-26", 10)
 	counter := newAPICounter()
-	cfg := testConfig()
+	cfg := testConfig(f)
 	cfg.BatchSize = 3
 	startAgent(t, f, cfg, counter, "agent-1")
 	st := waitForPhase(f, ns, canary.PhaseCompleted, 2*time.Minute)
@@ -127,7 +127,7 @@ func TestANamespaceWithoutInjectedPodsIsLeftAlone(t *testing.T) {
 		RolledOut(ns)
 	optIn(f, ns, "1-26", 10)
 	counter := newAPICounter()
-	startAgent(t, f, testConfig(), counter, "agent-1")
+	startAgent(t, f, testConfig(f), counter, "agent-1")
 
 	st := waitForPhase(f, ns, canary.PhaseBlocked, time.Minute)
 	assert.Equal(t, "precheck failed: nothing to migrate: no Deployment has an injected pod; istio.io/rev stays 1-25", st.Reason)
@@ -158,9 +158,9 @@ func TestAReadinessTimeoutFailsTheWorkloadAndPauses(t *testing.T) {
 		Deployment(ns, "slow", waveAnnotation("1"), fixture.Annotations(map[string]string{canary.AnnotationReadinessTimeout: "4s"})).
 		Deployment(ns, "later", waveAnnotation("2")).
 		RolledOut(ns)
-	release := f.World.Cluster.Kubelet.HoldUnready(cluster.PodSelector{Namespace: ns, Labels: fixture.PodSelector(map[string]string{"app": "slow"}), CreatedAfter: time.Now()})
+	release := f.World.Cluster.Kubelet.HoldUnready(cluster.PodSelector{Namespace: ns, Labels: fixture.PodSelector(map[string]string{"app": "slow"}), OnlyNew: true})
 	optIn(f, ns, "1-26", 10)
-	cfg := testConfig()
+	cfg := testConfig(f)
 	cfg.FailurePolicy = string(canary.PolicyPause)
 	counter := newAPICounter()
 	startAgent(t, f, cfg, counter, "agent-1")
@@ -202,7 +202,7 @@ func TestPauseResumeAndAnAgentKilledMidWave(t *testing.T) {
 	paused := "true"
 	f.When().AnnotateNamespace(ns, canary.AnnotationPaused, &paused)
 	optIn(f, ns, "1-26", 10)
-	cfg := testConfig()
+	cfg := testConfig(f)
 	cfg.CanarySize, cfg.BatchSize = 1, 2
 	counter := newAPICounter()
 	first := startAgent(t, f, cfg, counter, "agent-1")
@@ -211,7 +211,7 @@ func TestPauseResumeAndAnAgentKilledMidWave(t *testing.T) {
 	assert.Equal(t, "paused by meshwave.io/paused before the first wave", st.Reason)
 	assert.Empty(t, counter.writes("PATCH deployments"))
 
-	release := f.World.Cluster.Kubelet.HoldUnready(cluster.PodSelector{Namespace: ns, Labels: fixture.PodSelector(map[string]string{"app": "b"}), CreatedAfter: time.Now()})
+	release := f.World.Cluster.Kubelet.HoldUnready(cluster.PodSelector{Namespace: ns, Labels: fixture.PodSelector(map[string]string{"app": "b"}), OnlyNew: true})
 	f.When().AnnotateNamespace(ns, canary.AnnotationPaused, nil)
 	f.Eventually("wave 2 (b, c) restarted", func() (bool, string) {
 		rb, okb := moveRecord(f, ns, "b")
@@ -259,7 +259,7 @@ func TestInvalidAnnotationsBlockWithAnEventAndWriteNothing(t *testing.T) {
 	f.When().AnnotateNamespace("bad", canary.AnnotationTargetRevision, &target).
 		AnnotateNamespace("nowhere", canary.AnnotationTargetRevision, &missing)
 	counter := newAPICounter()
-	startAgent(t, f, testConfig(), counter, "agent-1")
+	startAgent(t, f, testConfig(f), counter, "agent-1")
 
 	bad := waitForPhase(f, "bad", canary.PhaseBlocked, time.Minute)
 	priorityErr := `meshwave.io/priority on namespace bad: "high" is not an integer between -1000000 and 1000000`

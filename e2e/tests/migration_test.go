@@ -43,7 +43,7 @@ func TestTwoNamespacesMigrateInPriorityOrder(t *testing.T) {
 
 	optIn(f, "media", "1-26", 20)
 	optIn(f, "shop", "1-26", 10)
-	cfg := testConfig()
+	cfg := testConfig(f)
 	cfg.CanarySize, cfg.BatchSize = 1, 2
 
 	// The plan, before anything moves.

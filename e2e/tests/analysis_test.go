@@ -1,0 +1,356 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
+	promapi "github.com/prometheus/client_golang/api"
+	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
+	"github.com/prometheus/common/model"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/meshwave/meshwave/agent"
+	"github.com/meshwave/meshwave/canary"
+	"github.com/meshwave/meshwave/e2e/fixture"
+	"github.com/meshwave/meshwave/e2e/mesh"
+	"github.com/meshwave/meshwave/e2e/world"
+)
+
+// countingQuerier counts the PromQL queries the agent sends, grouped by the
+// evaluation time of the run that sent them.
+type countingQuerier struct {
+	next promv1.API
+	mu   sync.Mutex
+	runs map[time.Time][]string
+}
+
+func (c *countingQuerier) Query(ctx context.Context, q string, ts time.Time, opts ...promv1.Option) (model.Value, promv1.Warnings, promv1.Infos, error) {
+	c.mu.Lock()
+	c.runs[ts] = append(c.runs[ts], q)
+	c.mu.Unlock()
+	return c.next.Query(ctx, q, ts, opts...)
+}
+
+// perRun returns how many queries each run sent, in time order.
+func (c *countingQuerier) perRun() []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var ts []time.Time
+	for t := range c.runs {
+		ts = append(ts, t)
+	}
+	sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
+	out := make([]int, 0, len(ts))
+	for _, t := range ts {
+		out = append(out, len(c.runs[t]))
+	}
+	return out
+}
+
+// withMetrics turns on the metric checks against the world's Prometheus,
+// with windows short enough for a test: 10s rates, a 3s bake, a run every
+// 2s, two passes in a row.
+func withMetrics(t *testing.T, f *fixture.Fixture, cfg agent.Config) (agent.Config, *countingQuerier) {
+	t.Helper()
+	m := &cfg.Gates.Metrics
+	m.Prometheus.URL = f.World.Prometheus.URL
+	m.Window = agent.Duration(10 * time.Second)
+	m.BakeTime = agent.Duration(3 * time.Second)
+	m.Interval = agent.Duration(2 * time.Second)
+	m.RequiredPasses = 2
+	m.QueryTimeout = agent.Duration(3 * time.Second)
+	api, err := promapi.NewClient(promapi.Config{Address: f.World.Prometheus.URL})
+	require.NoError(t, err)
+	return cfg, &countingQuerier{next: promv1.NewAPI(api), runs: map[time.Time][]string{}}
+}
+
+// startAnalyzedAgent runs an agent whose PromQL goes through q.
+func startAnalyzedAgent(t *testing.T, f *fixture.Fixture, cfg agent.Config, q *countingQuerier, counter *apiCounter) *runningAgent {
+	t.Helper()
+	return startAgentWith(t, f, cfg, counter, "agent-1", agent.GateDeps{Prometheus: q})
+}
+
+// waitForTraffic waits until Prometheus has one rate window of requests
+// for the namespace's workloads, so that baselines exist.
+func waitForTraffic(t *testing.T, f *fixture.Fixture, ns string, workloads int) {
+	t.Helper()
+	p := f.World.Prometheus
+	require.NoError(t, p.WaitForScrape(f.Ctx, world.MeshJob, time.Minute))
+	q := fmt.Sprintf(`sum by (destination_workload) (increase(istio_requests_total{reporter="destination",destination_workload_namespace=%q}[10s])) > 50`, ns)
+	require.NoError(t, p.WaitForQuery(f.Ctx, q, workloads, time.Minute))
+}
+
+func verdictOf(st *canary.Status, gate string) (canary.Verdict, bool) {
+	for _, v := range st.Verdicts {
+		if v.Gate == gate {
+			return v, true
+		}
+	}
+	return canary.Verdict{}, false
+}
+
+// TestAHealthyMigrationPassesEveryGate moves a namespace whose workloads
+// behave on 1-26: rollout, injection, xDS sync and the three metric checks
+// pass, and the status shows the measured numbers. Each run of the checks
+// sends one query per check, whatever the size of the wave.
+func TestAHealthyMigrationPassesEveryGate(t *testing.T) {
+	f := fixture.New(t, world.Options{})
+	const ns = "bookinfo"
+	f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, nil).
+		Deployment(ns, "productpage", waveAnnotation("0")).
+		Deployment(ns, "reviews", waveAnnotation("1")).
+		Deployment(ns, "ratings", waveAnnotation("1")).
+		RolledOut(ns)
+	tr := f.World.Mesh.Traffic()
+	ref := func(n string) mesh.WorkloadRef { return mesh.WorkloadRef{Namespace: ns, Name: n} }
+	tr.Route(ref("productpage"), ref("reviews"))
+	tr.Route(ref("reviews"), ref("ratings"))
+	tr.Route(ref("ratings"), ref("productpage"))
+	waitForTraffic(t, f, ns, 3)
+
+	cfg, q := withMetrics(t, f, testConfig(f))
+	cfg.Gates.Metrics.OutboundErrorRate.Enabled = true
+	cfg.CanarySize, cfg.BatchSize = 1, 2
+	optIn(f, ns, "1-26", 10)
+	counter := newAPICounter()
+	startAnalyzedAgent(t, f, cfg, q, counter)
+	st := waitForPhase(f, ns, canary.PhaseCompleted, 3*time.Minute)
+
+	assert.Equal(t, "moved 3 workloads to 1-26 in 2 waves", st.Reason)
+	var gates []string
+	for _, v := range st.Verdicts {
+		gates = append(gates, v.Gate+"="+string(v.Result))
+	}
+	assert.Equal(t, []string{"rollout=Pass", "injection=Pass", "xds-sync=Pass", "error-rate=Pass", "latency-p99=Pass", "outbound-error-rate=Pass"}, gates)
+	sync, _ := verdictOf(st, "xds-sync")
+	assert.Equal(t, "4 of 4 proxies SYNCED with istiod 1-26", sync.Reason)
+	er, _ := verdictOf(st, "error-rate")
+	require.Len(t, er.Measurements, 2, "one measurement per workload of the last wave")
+	for _, m := range er.Measurements {
+		assert.Contains(t, []string{"reviews", "ratings"}, m.Workload)
+		assert.Equal(t, 0.0, m.Value)
+		assert.Equal(t, 0.05, *m.Threshold)
+		require.NotNil(t, m.Baseline, "the baseline from before the restart is known")
+		assert.Equal(t, 0.0, *m.Baseline)
+	}
+	lat, _ := verdictOf(st, "latency-p99")
+	for _, m := range lat.Measurements {
+		assert.Greater(t, m.Value, 0.0)
+		assert.LessOrEqual(t, m.Value, 50.0, "the simulated p99 is 40ms")
+		assert.Equal(t, 1000.0, *m.Threshold)
+	}
+	runs := q.perRun()
+	t.Logf("PromQL queries per analysis run: %v", runs)
+	require.GreaterOrEqual(t, len(runs), 4, "two passes in a row for each of two waves")
+	for _, n := range runs {
+		assert.Equal(t, 3, n, "one query per check per run, for waves of one and two workloads")
+	}
+	for _, n := range []string{"productpage", "reviews", "ratings"} {
+		f.Then().PodsOnRevision(ns, n, "1-26")
+	}
+}
+
+// TestABadRevisionIsCaughtAndRolledBack stages "reviews on 1-26 returns 30%
+// 5xx". The canary fails the error-rate check, the wave rolls back: the
+// label returns to 1-25, the pods are injected by 1-25 and connected to its
+// istiod, and the namespace is RolledBack with the numbers in the reason.
+func TestABadRevisionIsCaughtAndRolledBack(t *testing.T) {
+	f := fixture.New(t, world.Options{})
+	const ns = "shop"
+	f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, nil).
+		Deployment(ns, "reviews", waveAnnotation("0")).
+		Deployment(ns, "details", waveAnnotation("1")).
+		RolledOut(ns)
+	f.World.Mesh.Traffic().SetBehavior(mesh.WorkloadRef{Namespace: ns, Name: "reviews"}, "1-26", mesh.Behavior{ErrorRatio: 0.3, LatencyMs: 40})
+	waitForTraffic(t, f, ns, 2)
+	cfg, q := withMetrics(t, f, testConfig(f))
+	optIn(f, ns, "1-26", 10)
+	counter := newAPICounter()
+	startAnalyzedAgent(t, f, cfg, q, counter)
+
+	st := waitForPhase(f, ns, canary.PhaseRolledBack, 3*time.Minute)
+	assert.Regexp(t, `^rolled back 1 workloads to 1-25: wave 1 failed: error-rate fail: reviews: \d+\.\d\d% > threshold 5\.00%$`, st.Reason)
+	er, ok := verdictOf(st, "error-rate")
+	require.True(t, ok)
+	require.Len(t, er.Measurements, 1)
+	assert.Greater(t, er.Measurements[0].Value, 0.05)
+	assert.Equal(t, canary.ResultFail, er.Measurements[0].Result)
+	assert.Equal(t, 1, st.Counts.RolledBack)
+
+	n, err := f.Client.CoreV1().Namespaces().Get(f.Ctx, ns, metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "1-25", n.Labels[mesh.LabelRev], "the label is back on the source")
+	f.WaitForRolledOut(ns, "reviews")
+	token := f.IstioCAToken("syncz-reader")
+	f.Then().PodsOnRevision(ns, "reviews", "1-25").
+		PodsOnRevision(ns, "details", "1-25").
+		SynczLists("1-25", token, f.ProxyIDs(ns, "details", "reviews")).
+		SynczLists("1-26", token, nil)
+	rec, _ := moveRecord(f, ns, "reviews")
+	assert.True(t, rec.Rollback)
+	assert.Equal(t, 2, counter.get("PATCH deployments shop/reviews"), "moved once, rolled back once")
+	assert.Zero(t, counter.get("PATCH deployments shop/details"), "the next wave never started")
+	waitForEvent(f, "Namespace", "", ns, "RollingBack: rolling back wave 1 to 1-25: wave 1 failed: error-rate fail: reviews:")
+	waitForEvent(f, "Namespace", "", ns, "RolledBack: rolled back 1 workloads to 1-25")
+}
+
+// TestAStaleProxyFailsTheSyncGate keeps the new reviews proxies STALE on
+// RDS: the xDS gate fails after its timeout naming the pod and the type, and
+// the namespace's own failure policy (Pause) applies.
+func TestAStaleProxyFailsTheSyncGate(t *testing.T) {
+	f := fixture.New(t, world.Options{NoPrometheus: true})
+	const ns = "stale"
+	f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, map[string]string{canary.AnnotationFailurePolicy: "Pause"}).
+		Deployment(ns, "reviews", fixture.Replicas(1)).
+		RolledOut(ns)
+	f.World.Mesh.Istiod("1-26").SetProxyStatus(ns, fixture.PodSelector(map[string]string{"app": "reviews"}), mesh.TypeRDS, statusv3.ConfigStatus_STALE)
+	cfg := testConfig(f)
+	cfg.Gates.Sync.Timeout = agent.Duration(4 * time.Second)
+	optIn(f, ns, "1-26", 10)
+	startAgent(t, f, cfg, newAPICounter(), "agent-1")
+
+	st := waitForPhase(f, ns, canary.PhasePaused, time.Minute)
+	pods, _, err := f.DeploymentPods(ns, "reviews")
+	require.NoError(t, err)
+	require.Len(t, pods, 1)
+	istiod := f.World.Mesh.Istiod("1-26")
+	require.Len(t, istiod.ReplicaAddrs(), 1)
+	want := fmt.Sprintf("0 of 1 proxies SYNCED with istiod 1-26; %s.%s STALE on RDS with istiod-1-26-", pods[0].Name, ns)
+	assert.True(t, strings.HasPrefix(st.Reason, "wave 1 failed: xds-sync fail: "+want), st.Reason)
+	assert.True(t, strings.HasSuffix(st.Reason, " after 4s; paused by failure policy Pause"), st.Reason)
+	require.Len(t, st.Workloads, 1)
+	assert.Equal(t, canary.StateFailed, st.Workloads[0].State)
+	waitForEvent(f, "Deployment", ns, "reviews", "WorkloadFailed: wave 1, xds-sync: "+pods[0].Name+"."+ns+" STALE on RDS")
+}
+
+// TestPrometheusStoppedMidAnalysisPausesThenResumes stops Prometheus while
+// the canary is being analysed: the checks turn inconclusive, the
+// namespace pauses without advancing, and once Prometheus is back and the
+// pause is lifted by hand, the migration completes.
+func TestPrometheusStoppedMidAnalysisPausesThenResumes(t *testing.T) {
+	f := fixture.New(t, world.Options{})
+	const ns = "promdown"
+	f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, nil).
+		Deployment(ns, "a").Deployment(ns, "b").
+		RolledOut(ns)
+	waitForTraffic(t, f, ns, 2)
+	cfg, q := withMetrics(t, f, testConfig(f))
+	cfg.Gates.Metrics.RequiredPasses = 4
+	optIn(f, ns, "1-26", 10)
+	counter := newAPICounter()
+	startAnalyzedAgent(t, f, cfg, q, counter)
+
+	f.EventuallyWithin("the canary's checks to pass once", 2*time.Minute, func() (bool, string) {
+		st := status(f, ns)
+		if st == nil || st.Analysis == nil {
+			return false, fmt.Sprintf("no analysis yet: %+v", st)
+		}
+		return st.Phase == canary.PhaseAnalyzing && st.Analysis.ConsecutivePasses >= 1, fmt.Sprintf("%s %+v", st.Phase, st.Analysis)
+	})
+	f.World.Prometheus.Stop()
+
+	st := waitForPhase(f, ns, canary.PhasePaused, time.Minute)
+	assert.Regexp(t, `^wave 1 paused: error-rate inconclusive 3 times: Prometheus did not answer: .*connection refused$`, st.Reason)
+	assert.Equal(t, 1, st.Wave)
+	assert.Zero(t, counter.get("PATCH deployments "+ns+"/b"), "an inconclusive wave never advances")
+	er, _ := verdictOf(st, "error-rate")
+	assert.Equal(t, canary.ResultInconclusive, er.Result)
+
+	require.NoError(t, f.World.Prometheus.Restart(f.Ctx))
+	waitForTraffic(t, f, ns, 2)
+	f.When().AnnotateNamespace(ns, canary.AnnotationPaused, nil)
+	st = waitForPhase(f, ns, canary.PhaseCompleted, 3*time.Minute)
+	assert.Equal(t, "moved 2 workloads to 1-26 in 2 waves", st.Reason)
+	assert.Equal(t, 1, counter.get("PATCH deployments "+ns+"/a"), "resuming does not restart the canary again")
+}
+
+// TestLowTrafficIsInconclusiveNeverPass gives the canary too few requests to
+// judge: its checks stay inconclusive and the namespace pauses, with the
+// count and the minimum in the reason.
+func TestLowTrafficIsInconclusiveNeverPass(t *testing.T) {
+	f := fixture.New(t, world.Options{})
+	const ns = "quiet"
+	f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, nil).
+		Deployment(ns, "idle", waveAnnotation("0")).Deployment(ns, "busy", waveAnnotation("1")).
+		RolledOut(ns)
+	waitForTraffic(t, f, ns, 2)
+	f.World.Mesh.Traffic().SetRate(mesh.WorkloadRef{Namespace: ns, Name: "idle"}, 0.5)
+	cfg, q := withMetrics(t, f, testConfig(f))
+	optIn(f, ns, "1-26", 10)
+	counter := newAPICounter()
+	startAnalyzedAgent(t, f, cfg, q, counter)
+
+	st := waitForPhase(f, ns, canary.PhasePaused, 2*time.Minute)
+	assert.Regexp(t, `^wave 1 paused: error-rate inconclusive 3 times: idle: \d+ requests < minimum 50$`, st.Reason)
+	assert.NotContains(t, strings.Join(eventsFor(f, "Namespace", "", ns), "\n"), "WavePassed", "low traffic never passes")
+	assert.Zero(t, counter.get("PATCH deployments "+ns+"/busy"))
+}
+
+// TestInjectionByTheWrongRevisionFails targets a revision tag whose
+// webhooks were left calling the old revision's injector: the new pods come
+// up injected by 1-25, and the injection gate fails naming each pod.
+func TestInjectionByTheWrongRevisionFails(t *testing.T) {
+	f := fixture.New(t, world.Options{NoPrometheus: true})
+	require.NoError(t, f.World.Mesh.MisrouteTag(f.Ctx, "stable", "1-26", "1-25"))
+	const ns = "tagged"
+	f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, map[string]string{canary.AnnotationFailurePolicy: "Pause"}).
+		Deployment(ns, "web", fixture.Replicas(1)).
+		RolledOut(ns)
+	optIn(f, ns, "stable", 10)
+	startAgent(t, f, testConfig(f), newAPICounter(), "agent-1")
+
+	st := waitForPhase(f, ns, canary.PhasePaused, time.Minute)
+	assert.Equal(t, "stable", st.Target)
+	assert.Equal(t, "1-26", st.TargetRevision, "the tag resolves through istio-revision-tag-stable")
+	pods, _, err := f.DeploymentPods(ns, "web")
+	require.NoError(t, err)
+	require.Len(t, pods, 1)
+	assert.Equal(t, fmt.Sprintf("wave 1 failed: injection fail: pod %s was injected by 1-25, not 1-26; paused by failure policy Pause", pods[0].Name), st.Reason)
+	n, err := f.Client.CoreV1().Namespaces().Get(f.Ctx, ns, metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "stable", n.Labels[mesh.LabelRev], "the namespace points at the tag, not a revision")
+}
+
+// TestContinueGoesOnPastAFailureAndStopsAtTheLimit breaks two of five
+// workloads on 1-26 under the Continue policy with maxFailedPercent 25: the
+// first failure (20%) is tolerated and the migration goes on; the second
+// (40%) stops it.
+func TestContinueGoesOnPastAFailureAndStopsAtTheLimit(t *testing.T) {
+	f := fixture.New(t, world.Options{})
+	const ns = "fleet"
+	given := f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, nil)
+	for i, n := range []string{"a", "b", "c", "d", "e"} {
+		given.Deployment(ns, n, waveAnnotation(fmt.Sprint(i)), fixture.Replicas(1))
+	}
+	given.RolledOut(ns)
+	for _, n := range []string{"b", "d"} {
+		f.World.Mesh.Traffic().SetBehavior(mesh.WorkloadRef{Namespace: ns, Name: n}, "1-26", mesh.Behavior{ErrorRatio: 0.3, LatencyMs: 40})
+	}
+	waitForTraffic(t, f, ns, 5)
+	cfg, q := withMetrics(t, f, testConfig(f))
+	cfg.FailurePolicy, cfg.MaxFailedPercent = "Continue", 25
+	optIn(f, ns, "1-26", 10)
+	counter := newAPICounter()
+	startAnalyzedAgent(t, f, cfg, q, counter)
+
+	st := waitForPhase(f, ns, canary.PhasePaused, 4*time.Minute)
+	assert.Regexp(t, `^wave 4 failed: error-rate fail: d: \d+\.\d\d% > threshold 5\.00%; 2 of 5 workloads failed \(40%\), over maxFailedPercent 25$`, st.Reason)
+	waitForEvent(f, "Namespace", "", ns, "FailureTolerated: wave 2 failed: error-rate fail: b:")
+	assert.Equal(t, canary.Counts{Total: 5, Pending: 1, Moved: 2, Failed: 2}, st.Counts)
+	var failed []string
+	for _, fl := range st.Failures {
+		failed = append(failed, fl.Workload)
+	}
+	assert.Equal(t, []string{"b", "d"}, failed)
+	assert.Zero(t, counter.get("PATCH deployments "+ns+"/e"), "nothing moves past the limit")
+	assert.Equal(t, 1, counter.get("PATCH deployments "+ns+"/b"), "a tolerated failure stays where it is")
+	f.Then().PodsOnRevision(ns, "c", "1-26").PodsOnRevision(ns, "e", "1-25")
+}
