@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -50,14 +52,22 @@ func (c *Controller) act(ctx context.Context, ns *corev1.Namespace, prev *canary
 			logger.Info("Namespace changed phase", "phase", d.Status.Phase, "wave", d.Status.Wave, "totalWaves", d.Status.TotalWaves, "reason", d.Status.Reason)
 		}
 	}
+	spanCtx := ctx
+	if d.Status != nil {
+		spanCtx = c.tracer.WaveContext(ctx, ns.Name, d.Status)
+	} else {
+		spanCtx = c.tracer.WaveContext(ctx, ns.Name, prev)
+	}
 	if d.Label != "" {
+		_, span := c.tracer.Start(spanCtx, "switch "+canary.LabelRev, attrNS.String(ns.Name), attribute.String("meshwave.label", d.Label))
+		defer span.End()
 		if err := c.patchNamespace(ctx, ns.Name, map[string]any{"labels": map[string]string{canary.LabelRev: d.Label}}); err != nil {
 			return fmt.Errorf("switch %s: %w", canary.LabelRev, err)
 		}
 		c.expect.expectLabel(ns.Name, d.Label, c.clock.Now())
 		logger.Info("Switched namespace revision label", "label", canary.LabelRev, "value", d.Label)
 	}
-	if err := c.applyMoves(ctx, ns.Name, d.Moves); err != nil {
+	if err := c.applyMoves(spanCtx, ns.Name, d.Moves); err != nil {
 		return err
 	}
 	c.recordEvents(ns, d.Events)
@@ -93,6 +103,13 @@ func (c *Controller) applyMoves(ctx context.Context, ns string, moves []canary.M
 	g.SetLimit(c.cfg.BatchSize)
 	for _, m := range moves {
 		g.Go(func() error {
+			name := "restart " + m.Workload
+			if m.Record.Rollback {
+				name = "roll back " + m.Workload
+			}
+			_, span := c.tracer.Start(ctx, name, attrNS.String(ns), attrWorkload.String(m.Workload),
+				attrWave.Int(m.Record.Wave), attrTarget.String(m.Record.Revision))
+			defer span.End()
 			err := retry.OnError(retry.DefaultBackoff, transient, func() error {
 				_, err := c.client.AppsV1().Deployments(ns).Patch(gctx, m.Workload, types.MergePatchType, m.Patch, metav1.PatchOptions{FieldManager: "meshwave"})
 				return err
@@ -101,6 +118,7 @@ func (c *Controller) applyMoves(ctx context.Context, ns string, moves []canary.M
 				return nil
 			}
 			if err != nil {
+				span.SetStatus(codes.Error, err.Error())
 				return fmt.Errorf("patch deployment %s/%s: %w", ns, m.Workload, err)
 			}
 			if rec, err := json.Marshal(m.Record); err == nil {

@@ -22,6 +22,9 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/meshwave/meshwave/analysis"
 	"github.com/meshwave/meshwave/canary"
 )
@@ -42,6 +45,10 @@ type Options struct {
 	Recorder record.EventRecorder
 	// Identity names this replica in the leader lease; default the host name.
 	Identity string
+	// Registerer receives the agent's metrics; nil registers none.
+	Registerer prometheus.Registerer
+	// TracerProvider receives the agent's spans; nil exports none.
+	TracerProvider trace.TracerProvider
 }
 
 // Controller moves opted-in namespaces between revisions, one reconcile of
@@ -67,6 +74,8 @@ type Controller struct {
 	starting map[string]time.Time
 	leading  atomic.Bool
 	expect   *expectations
+	metrics  *Metrics
+	tracer   *Tracer
 }
 
 // New builds a controller and registers its event handlers.
@@ -102,6 +111,10 @@ func New(opts Options) (*Controller, error) {
 	if c.clock == nil {
 		c.clock = clock.RealClock{}
 	}
+	if opts.Registerer != nil {
+		c.metrics = NewMetrics(opts.Registerer, c.caches, c.clock)
+	}
+	c.tracer = NewTracer(opts.TracerProvider)
 	if c.recorder == nil {
 		b := record.NewBroadcaster()
 		b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: opts.Client.CoreV1().Events("")})
@@ -255,7 +268,14 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		return false
 	}
 	defer c.queue.Done(key)
+	start := c.clock.Now()
 	err := c.sync(klog.NewContext(ctx, klog.FromContext(ctx).WithValues("namespace", key)), key)
+	if c.metrics != nil {
+		c.metrics.reconcileDuration.Observe(c.clock.Since(start).Seconds())
+		if err != nil {
+			c.metrics.reconcileErrors.Inc()
+		}
+	}
 	c.handleErr(ctx, key, err)
 	return true
 }
@@ -308,11 +328,15 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	now := c.clock.Now()
 	var verdicts []canary.Verdict
 	if wave, ok := canary.WaveToVerify(snap, status, c.decisions); ok {
-		verdicts = c.gates(wave).Evaluate(ctx, wave, now)
+		verdicts = c.tracer.traced(c.gates(wave)).Evaluate(c.tracer.WaveContext(ctx, key, status), wave, now)
 	}
 	d := canary.Decide(canary.Input{Snapshot: snap, Status: status, Verdicts: verdicts, Now: now, Config: c.decisions})
 	if err := c.act(ctx, ns, status, d); err != nil {
 		return err
+	}
+	c.metrics.observe(key, status, d, verdicts, now)
+	if d.Status != nil {
+		c.tracer.Transitions(ctx, key, status, d.Status, now)
 	}
 	if d.RequeueAfter > 0 {
 		c.queue.AddAfter(key, d.RequeueAfter)

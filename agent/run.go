@@ -18,6 +18,13 @@ var ErrLostLease = errors.New("lost the leader lease")
 // Leading reports whether this process currently leads.
 func (c *Controller) Leading() bool { return c.leading.Load() }
 
+func (c *Controller) setLeading(v bool) {
+	c.leading.Store(v)
+	if c.metrics != nil {
+		c.metrics.leader.Set(b2f(v))
+	}
+}
+
 // Run starts the caches on every replica and runs the workers on the one
 // holding the lease. It returns nil when ctx ends, and ErrLostLease when
 // leadership is lost, after which the process should exit and start over.
@@ -27,8 +34,8 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 	le := c.cfg.LeaderElection
 	if !le.Enabled {
-		c.leading.Store(true)
-		defer c.leading.Store(false)
+		c.setLeading(true)
+		defer c.setLeading(false)
 		c.RunWorkers(ctx)
 		return nil
 	}
@@ -57,11 +64,11 @@ func (c *Controller) Run(ctx context.Context) error {
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context) {
 				logger.Info("Acquired the leader lease", "identity", id, "lease", ns+"/"+le.LeaseName)
-				c.leading.Store(true)
+				c.setLeading(true)
 				c.RunWorkers(ctx)
 			},
 			OnStoppedLeading: func() {
-				c.leading.Store(false)
+				c.setLeading(false)
 				logger.Info("Stopped leading", "identity", id)
 			},
 		},

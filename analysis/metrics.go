@@ -14,6 +14,9 @@ import (
 
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/common/model"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/meshwave/meshwave/canary"
 )
@@ -184,6 +187,16 @@ func restartOf(wave canary.WaveUnderTest) time.Time {
 	return t
 }
 
+// Due reports whether Evaluate would query Prometheus now.
+func (g *MetricGate) Due(wave canary.WaveUnderTest, now time.Time) bool {
+	ready := now
+	if wave.Analysis.ReadyAt != nil {
+		ready = *wave.Analysis.ReadyAt
+	}
+	_, wait := notDue(wave, g.Name(), g.Interval, now)
+	return !ready.Add(g.BakeTime).After(now) && !wait
+}
+
 // Evaluate implements Gate.
 func (g *MetricGate) Evaluate(ctx context.Context, wave canary.WaveUnderTest, now time.Time) canary.Verdict {
 	ready := now
@@ -213,7 +226,13 @@ func (g *MetricGate) run(ctx context.Context, wave canary.WaveUnderTest, now tim
 		ctx, cancel = context.WithTimeout(ctx, g.QueryTimeout)
 		defer cancel()
 	}
+	ctx, span := trace.SpanFromContext(ctx).TracerProvider().Tracer("github.com/meshwave/meshwave/analysis").
+		Start(ctx, "promql "+g.Check.Name, trace.WithAttributes(attribute.String("db.query.text", q), attribute.String("meshwave.check", g.Check.Name)))
 	val, _, _, err := g.Prometheus.Query(ctx, q, now)
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
 	if err != nil {
 		return canary.Verdict{Result: canary.ResultInconclusive, Reason: "Prometheus did not answer: " + err.Error()}
 	}

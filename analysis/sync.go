@@ -40,6 +40,12 @@ type SyncGate struct {
 // Name implements Gate.
 func (SyncGate) Name() string { return GateSync }
 
+// Due reports whether Evaluate would ask istiod now.
+func (g SyncGate) Due(wave canary.WaveUnderTest, now time.Time) bool {
+	_, wait := notDue(wave, GateSync, g.Interval, now)
+	return wave.Analysis.ReadyAt == nil && !wait
+}
+
 // Evaluate implements Gate.
 func (g SyncGate) Evaluate(ctx context.Context, wave canary.WaveUnderTest, now time.Time) canary.Verdict {
 	if wave.Analysis.ReadyAt != nil {

@@ -179,7 +179,7 @@ func (d *decider) run() {
 		if d.st.Phase == "" {
 			d.st.Phase = PhasePending
 		}
-		d.st.BlockedPhase, d.st.Reason = "", ""
+		d.st.BlockedPhase, d.st.BlockedKind, d.st.Reason = "", "", ""
 	}
 	switch d.st.Phase {
 	case PhasePending:
@@ -220,7 +220,7 @@ func (d *decider) blockInvalid(prev *Status, errs []InputError) {
 	if st.Phase != PhaseBlocked && st.Phase != PhasePending {
 		st.BlockedPhase = st.Phase
 	}
-	st.Phase = PhaseBlocked
+	st.Phase, st.BlockedKind = PhaseBlocked, BlockedInvalidInput
 	msgs := make([]string, 0, len(errs))
 	for _, e := range errs {
 		msgs = append(msgs, e.Error())
@@ -243,7 +243,7 @@ func (d *decider) blockInvalid(prev *Status, errs []InputError) {
 
 func (d *decider) blockPrecheck(reason string, retry bool) {
 	st := d.st
-	st.Phase = PhaseBlocked
+	st.Phase, st.BlockedKind = PhaseBlocked, BlockedPrecheck
 	st.Reason = "precheck failed: " + reason
 	if d.in.Status == nil || d.in.Status.Reason != st.Reason {
 		d.event("", EventWarning, "PrecheckFailed", reason)

@@ -52,6 +52,18 @@ func terminal(p Phase) bool {
 	return p == PhaseCompleted || p == PhaseRolledBack || p == PhaseStopped
 }
 
+// BlockedKind is why a namespace is Blocked.
+type BlockedKind string
+
+const (
+	// BlockedInvalidInput: an annotation value is invalid; a person must
+	// fix it.
+	BlockedInvalidInput BlockedKind = "InvalidInput"
+	// BlockedPrecheck: a precheck failed; some fix themselves (an istiod
+	// becoming Ready), some need a person.
+	BlockedPrecheck BlockedKind = "Precheck"
+)
+
 // WaveState is where the current wave stands.
 type WaveState string
 
@@ -143,6 +155,8 @@ type Status struct {
 	Analysis *AnalysisState `json:"analysis,omitempty"`
 	// Rollback is what a rollback in progress returns: "wave" or "all".
 	Rollback RollbackScope `json:"rollback,omitempty"`
+	// BlockedKind says why the namespace is Blocked.
+	BlockedKind BlockedKind `json:"blockedKind,omitempty"`
 	// BlockedPhase is the phase to return to once invalid input is fixed.
 	BlockedPhase Phase `json:"blockedPhase,omitempty"`
 	// PausedByAgent is set when meshwave itself paused the namespace.
