@@ -83,6 +83,16 @@ func (c *Caches) WaitForSync() bool {
 	return true
 }
 
+// Synced reports whether every informer has synced.
+func (c *Caches) Synced() bool {
+	for _, inf := range c.informers {
+		if !inf.HasSynced() {
+			return false
+		}
+	}
+	return true
+}
+
 // Shutdown stops the informers and waits for them.
 func (c *Caches) Shutdown() {
 	if c.cancel != nil {

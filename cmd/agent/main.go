@@ -1,7 +1,8 @@
 // Command meshwave is the meshwave agent and its command line.
 //
-//	meshwave run    [--config FILE] [--kubeconfig FILE] [--context NAME]
+//	meshwave run    [--config FILE] [--metrics-address ADDR] [--kubeconfig FILE] [--context NAME]
 //	meshwave plan   [-o table|json] [--config FILE] [--kubeconfig FILE] [--context NAME]
+//	meshwave status [-o table|json] [--kubeconfig FILE] [--context NAME]
 //
 // Without --kubeconfig it follows kubectl's rules: $KUBECONFIG, then
 // ~/.kube/config, then the in-cluster service account.
@@ -13,10 +14,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -30,6 +35,7 @@ const usage = `usage: meshwave <command> [flags]
 commands:
   run     run the agent
   plan    print the waves the agent would run now, without writing anything
+  status  print each namespace's migration: phase, wave, workloads, verdicts
 
 run "meshwave <command> -h" for a command's flags`
 
@@ -46,6 +52,8 @@ func main() {
 		err = runCommand(ctx, os.Args[2:])
 	case "plan":
 		err = planCommand(ctx, os.Args[2:], os.Stdout)
+	case "status":
+		err = statusCommand(ctx, os.Args[2:], os.Stdout)
 	case "-h", "--help", "help":
 		fmt.Println(usage)
 		return
@@ -101,20 +109,49 @@ func runCommand(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	var c common
 	c.register(fs)
+	metricsAddr := fs.String("metrics-address", ":8080", "where to serve /metrics, /healthz and /readyz")
 	klog.InitFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// Before any client or queue exists: client-go takes one registration.
+	agent.RegisterClientMetrics(reg)
 	client, cfg, err := c.clients()
 	if err != nil {
 		return err
 	}
-	ctrl, err := agent.New(agent.Options{Client: client, Config: cfg})
+	tp, shutdownTraces, err := agent.NewTracerProvider(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = shutdownTraces(sctx)
+	}()
+	ctrl, err := agent.New(agent.Options{Client: client, Config: cfg, Registerer: reg, TracerProvider: tp})
 	if err != nil {
 		return err
 	}
 	defer ctrl.Shutdown()
-	return ctrl.Run(klog.NewContext(ctx, klog.Background()))
+	srv := &http.Server{Addr: *metricsAddr, Handler: ctrl.Handler(reg), ReadHeaderTimeout: 5 * time.Second}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.ListenAndServe() }()
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	runErr := make(chan error, 1)
+	go func() { runErr <- ctrl.Run(klog.NewContext(ctx, klog.Background())) }()
+	select {
+	case err := <-serveErr:
+		return fmt.Errorf("metrics server: %w", err)
+	case err := <-runErr:
+		return err
+	}
 }
 
 func planCommand(ctx context.Context, args []string, out io.Writer) error {
@@ -137,4 +174,30 @@ func planCommand(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	return renderPlan(out, plan, *format)
+}
+
+func statusCommand(ctx context.Context, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	var c common
+	c.register(fs)
+	format := fs.String("o", "table", "output format: table or json")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *format != "table" && *format != "json" {
+		return fmt.Errorf("-o %q is not table or json", *format)
+	}
+	rc, err := c.restConfig()
+	if err != nil {
+		return err
+	}
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	rows, err := agent.StatusNow(ctx, client, time.Now())
+	if err != nil {
+		return err
+	}
+	return renderStatus(out, rows, *format)
 }

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/meshwave/meshwave/agent"
 	"github.com/meshwave/meshwave/canary"
@@ -79,6 +80,71 @@ func describeChanges(c canary.TemplateChanges) string {
 	}
 	if app, ok := c.Labels["app"]; ok {
 		parts = append(parts, "label app="+app)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// renderStatus prints a table per namespace, in migration order: phase,
+// wave k/n, workloads moved, failed and total, how long it has been paused,
+// and the last verdicts with their numbers.
+func renderStatus(out io.Writer, rows []agent.NamespaceStatus, format string) error {
+	if format == "json" {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rows)
+	}
+	if len(rows) == 0 {
+		_, err := fmt.Fprintln(out, "no namespace carries "+canary.AnnotationTargetRevision)
+		return err
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAMESPACE\tTARGET\tPHASE\tWAVE\tMOVED\tFAILED\tTOTAL\tPAUSED\tLAST VERDICTS")
+	for _, r := range rows {
+		st := r.Status
+		if st == nil {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\t-\t-\n", r.Namespace, r.Target, "Pending")
+			continue
+		}
+		paused := "-"
+		if r.PausedFor > 0 {
+			paused = time.Duration(r.PausedFor * float64(time.Second)).Round(time.Second).String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%d\t%d\t%d\t%s\t%s\n", r.Namespace, targetLabel(st), st.Phase, st.Wave, st.TotalWaves,
+			st.Counts.Moved, st.Counts.Failed, st.Counts.Total, paused, verdictSummary(st.Verdicts))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, r := range rows {
+		if r.Status != nil && r.Status.Reason != "" {
+			fmt.Fprintf(out, "\n%s: %s", r.Namespace, r.Status.Reason)
+		}
+	}
+	fmt.Fprintln(out)
+	return nil
+}
+
+func targetLabel(st *canary.Status) string {
+	if st.TargetRevision != "" && st.TargetRevision != st.Target {
+		return st.Target + " (" + st.TargetRevision + ")"
+	}
+	return st.Target
+}
+
+// verdictSummary renders the last verdicts compactly, with the worst
+// measured value of each metric check against its threshold.
+func verdictSummary(vs []canary.Verdict) string {
+	if len(vs) == 0 {
+		return "-"
+	}
+	var parts []string
+	for _, v := range vs {
+		s := v.Gate + " " + strings.ToLower(string(v.Result))
+		if v.Analysis && len(v.Measurements) > 0 && v.Measurements[0].Threshold != nil {
+			m := v.Measurements[0]
+			s += fmt.Sprintf(" %.4g/%.4g", m.Value, *m.Threshold)
+		}
+		parts = append(parts, s)
 	}
 	return strings.Join(parts, ", ")
 }

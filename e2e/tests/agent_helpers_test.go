@@ -142,11 +142,19 @@ func startAgent(t *testing.T, f *fixture.Fixture, cfg agent.Config, counter *api
 // replaced, such as a counting Prometheus client.
 func startAgentWith(t *testing.T, f *fixture.Fixture, cfg agent.Config, counter *apiCounter, identity string, deps agent.GateDeps) *runningAgent {
 	t.Helper()
+	return startAgentWithOptions(t, f, cfg, counter, identity, func(o *agent.Options) { o.GateDeps = deps })
+}
+
+// startAgentWithOptions is startAgent with the agent's options adjusted.
+func startAgentWithOptions(t *testing.T, f *fixture.Fixture, cfg agent.Config, counter *apiCounter, identity string, adjust func(*agent.Options)) *runningAgent {
+	t.Helper()
 	rc := rest.CopyConfig(f.World.Cluster.Config)
 	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper { return countingTransport{c: counter, next: rt} })
 	client, err := kubernetes.NewForConfig(rc)
 	require.NoError(t, err)
-	ctrl, err := agent.New(agent.Options{Client: client, Config: cfg, Identity: identity, GateDeps: deps})
+	opts := agent.Options{Client: client, Config: cfg, Identity: identity}
+	adjust(&opts)
+	ctrl, err := agent.New(opts)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	logger := funcr.New(func(prefix, args string) {

@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -200,6 +201,17 @@ func TestABadRevisionIsCaughtAndRolledBack(t *testing.T) {
 	assert.Zero(t, counter.get("PATCH deployments shop/details"), "the next wave never started")
 	waitForEvent(f, "Namespace", "", ns, "RollingBack: rolling back wave 1 to 1-25: wave 1 failed: error-rate fail: reviews:")
 	waitForEvent(f, "Namespace", "", ns, "RolledBack: rolled back 1 workloads to 1-25")
+
+	// The CLI shows the same, as a table and as JSON.
+	table := runCLI(t, f, "status")
+	lines := strings.Split(table, "\n")
+	assert.Equal(t, "NAMESPACE  TARGET  PHASE       WAVE  MOVED  FAILED  TOTAL  PAUSED  LAST VERDICTS", strings.TrimRight(lines[0], " "))
+	assert.Regexp(t, `^shop       1-26    RolledBack  1/1   0      0       2      -       rollout pass, injection pass, xds-sync pass, error-rate fail 0\.\d+/0\.05$`, strings.TrimRight(lines[1], " "))
+	assert.Contains(t, table, "shop: rolled back 1 workloads to 1-25: wave 1 failed: error-rate fail: reviews:")
+	var rows []agent.NamespaceStatus
+	require.NoError(t, json.Unmarshal([]byte(runCLI(t, f, "status", "-o", "json")), &rows))
+	require.Len(t, rows, 1)
+	assert.Equal(t, canary.PhaseRolledBack, rows[0].Status.Phase)
 }
 
 // TestAStaleProxyFailsTheSyncGate keeps the new reviews proxies STALE on
