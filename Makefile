@@ -22,7 +22,7 @@ build: ## Build the agent into bin/ and compile every package of both modules.
 
 .PHONY: lint
 lint: ## gofmt, tidy go.mod files and go vet, over both modules.
-	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	@out=$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) mod tidy -diff
 	cd e2e && $(GO) mod tidy -diff

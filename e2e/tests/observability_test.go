@@ -108,15 +108,15 @@ func TestTracesAndMetricsOfAMigration(t *testing.T) {
 	p := f.World.Prometheus
 	require.NoError(t, p.WaitForQuery(f.Ctx, `meshwave_namespace_phase{namespace="traced",phase="Completed"} == 1`, 1, time.Minute))
 	for query, want := range map[string]float64{
-		`meshwave_namespace_phase{namespace="traced",phase="Paused"}`:                                       0,
-		`meshwave_namespace_wave{namespace="traced"}`:                                                       2,
-		`meshwave_namespace_waves{namespace="traced"}`:                                                      2,
-		`meshwave_namespace_workloads{namespace="traced",state="moved"}`:                                    2,
-		`meshwave_namespace_info{namespace="traced",source_revision="1-25",target_revision="1-26"}`:        1,
-		`sum(meshwave_restarts_total{namespace="traced",kind="move"})`:                                      2,
-		`meshwave_analysis_threshold{namespace="traced",check="error-rate"}`:                                0.05,
-		`meshwave_analysis_value{namespace="traced",check="error-rate"}`:                                    0,
-		`meshwave_analysis_result{namespace="traced",check="error-rate",result="Pass"}`:                     1,
+		`meshwave_namespace_phase{namespace="traced",phase="Paused"}`:                               0,
+		`meshwave_namespace_wave{namespace="traced"}`:                                               2,
+		`meshwave_namespace_waves{namespace="traced"}`:                                              2,
+		`meshwave_namespace_workloads{namespace="traced",state="moved"}`:                            2,
+		`meshwave_namespace_info{namespace="traced",source_revision="1-25",target_revision="1-26"}`: 1,
+		`sum(meshwave_restarts_total{namespace="traced",kind="move"})`:                              2,
+		`meshwave_analysis_threshold{namespace="traced",check="error-rate"}`:                        0.05,
+		`meshwave_analysis_value{namespace="traced",check="error-rate"}`:                            0,
+		`meshwave_analysis_result{namespace="traced",check="error-rate",result="Pass"}`:             1,
 		`meshwave_leader`: 1,
 		`sum(meshwave_wave_duration_seconds_count{namespace="traced",outcome="passed"})`: 2,
 	} {
