@@ -26,8 +26,24 @@ lint: ## gofmt, tidy go.mod files and go vet, over both modules.
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) mod tidy -diff
 	cd e2e && $(GO) mod tidy -diff
+	cd hack/tools && $(GO) mod tidy -diff
 	$(GO) vet ./...
 	cd e2e && $(GO) vet ./...
+	cd hack/tools && $(GO) vet ./...
+	@$(MAKE) --no-print-directory check-dashboard
+
+.PHONY: dashboard
+dashboard: ## Regenerate the Grafana dashboard into the chart, from hack/tools/dashboard.
+	cd hack/tools && $(GO) run ./dashboard > ../../charts/meshwave/files/dashboard.json
+
+.PHONY: check-dashboard
+check-dashboard: ## Fail if the chart's dashboard is not what the generator writes.
+	@cd hack/tools && $(GO) run ./dashboard | diff -u ../../charts/meshwave/files/dashboard.json - >/dev/null || \
+	  { echo "charts/meshwave/files/dashboard.json is stale: run make dashboard"; exit 1; }
+
+.PHONY: helm-lint
+helm-lint: ## helm lint the chart (helm comes from hack/tools through the Go toolchain).
+	cd hack/tools && $(GO) tool helm lint ../../charts/meshwave
 
 .PHONY: unit
 unit: ## Unit and table tests of the root module.

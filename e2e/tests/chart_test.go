@@ -1,0 +1,251 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+
+	"github.com/meshwave/meshwave/agent"
+	"github.com/meshwave/meshwave/canary"
+	"github.com/meshwave/meshwave/e2e/fixture"
+	"github.com/meshwave/meshwave/e2e/mesh"
+	"github.com/meshwave/meshwave/e2e/prom"
+	"github.com/meshwave/meshwave/e2e/world"
+)
+
+// repoRoot is the root of the repository, found from this file's path.
+func repoRoot(t *testing.T) string {
+	_, file, _, ok := runtime.Caller(0)
+	require.True(t, ok)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// helm runs helm through the Go toolchain, as the Makefile does.
+func helm(t *testing.T, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("go", append([]string{"tool", "helm"}, args...)...)
+	cmd.Dir = filepath.Join(repoRoot(t), "hack", "tools")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	require.NoError(t, err, "helm %v: %s", args, stderr.String())
+	return string(out)
+}
+
+func decodeObjects(t *testing.T, manifests string) []*unstructured.Unstructured {
+	t.Helper()
+	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(manifests), 4096)
+	var out []*unstructured.Unstructured
+	for {
+		var obj map[string]any
+		err := dec.Decode(&obj)
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		require.NoError(t, err)
+		if len(obj) == 0 {
+			continue
+		}
+		out = append(out, &unstructured.Unstructured{Object: obj})
+	}
+}
+
+// operatorCRDs returns the ServiceMonitor and PrometheusRule CRDs from the
+// prometheus-operator Go module, fetched through the module proxy.
+func operatorCRDs(t *testing.T) []*unstructured.Unstructured {
+	t.Helper()
+	cmd := exec.Command("go", "mod", "download", "-json", "github.com/prometheus-operator/prometheus-operator@v0.85.0")
+	cmd.Dir = t.TempDir()
+	out, err := cmd.Output()
+	require.NoError(t, err, "download prometheus-operator's CRDs")
+	var mod struct{ Dir string }
+	require.NoError(t, json.Unmarshal(out, &mod))
+	var crds []*unstructured.Unstructured
+	for _, name := range []string{"servicemonitors", "prometheusrules"} {
+		raw, err := os.ReadFile(filepath.Join(mod.Dir, "example", "prometheus-operator-crd", "monitoring.coreos.com_"+name+".yaml"))
+		require.NoError(t, err)
+		crds = append(crds, decodeObjects(t, string(raw))...)
+	}
+	return crds
+}
+
+// apply creates objects with server-side apply, so that the apiserver
+// validates each one for real.
+func apply(t *testing.T, cfg *rest.Config, objs []*unstructured.Unstructured) {
+	t.Helper()
+	dyn, err := dynamic.NewForConfig(cfg)
+	require.NoError(t, err)
+	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	require.NoError(t, err)
+	cached := memory.NewMemCacheClient(disc)
+	for _, obj := range objs {
+		gvk := obj.GroupVersionKind()
+		var mapping *meta.RESTMapping
+		require.Eventually(t, func() bool {
+			cached.Invalidate()
+			mapping, err = restmapper.NewDeferredDiscoveryRESTMapper(cached).RESTMapping(gvk.GroupKind(), gvk.Version)
+			return err == nil
+		}, 30*time.Second, 200*time.Millisecond, "the apiserver serves %s", gvk)
+		raw, err := json.Marshal(obj.Object)
+		require.NoError(t, err)
+		var ri dynamic.ResourceInterface = dyn.Resource(mapping.Resource)
+		if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
+			ri = dyn.Resource(mapping.Resource).Namespace(obj.GetNamespace())
+		}
+		_, err = ri.Patch(context.Background(), obj.GetName(), types.ApplyPatchType, raw, metav1.PatchOptions{FieldManager: "e2e", Force: ptrTo(true)})
+		require.NoError(t, err, "apply %s %s", gvk.Kind, obj.GetName())
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// TestTheChartInstallsAndItsRBACSuffices lints and renders the chart,
+// checks its RBAC and configuration, runs promtool on its alerts, applies
+// every object to the real apiserver (the ServiceMonitor and
+// PrometheusRule against the prometheus-operator's CRDs), and then runs
+// the agent as the chart's service account through a whole migration.
+func TestTheChartInstallsAndItsRBACSuffices(t *testing.T) {
+	f := fixture.New(t, world.Options{})
+	chart := filepath.Join(repoRoot(t), "charts", "meshwave")
+	lint := helm(t, "lint", chart)
+	assert.Contains(t, lint, "1 chart(s) linted, 0 chart(s) failed")
+	manifests := helm(t, "template", "meshwave", chart, "--namespace", "istio-system",
+		"--set", "prometheusRule.enabled=true", "--set", "serviceMonitor.enabled=true", "--set", "dashboard.enabled=true")
+	objs := decodeObjects(t, manifests)
+	kinds := map[string]*unstructured.Unstructured{}
+	for _, o := range objs {
+		kinds[o.GetKind()+"/"+o.GetName()] = o
+	}
+	for _, want := range []string{"ServiceAccount/meshwave", "ClusterRole/meshwave", "ClusterRoleBinding/meshwave", "Role/meshwave-leader",
+		"RoleBinding/meshwave-leader", "ConfigMap/meshwave-config", "ConfigMap/meshwave-dashboard", "Deployment/meshwave",
+		"Service/meshwave-metrics", "ServiceMonitor/meshwave", "PrometheusRule/meshwave"} {
+		require.Contains(t, kinds, want)
+	}
+
+	// Least privilege: no wildcards, no secrets.
+	for _, key := range []string{"ClusterRole/meshwave", "Role/meshwave-leader"} {
+		rules, _, _ := unstructured.NestedSlice(kinds[key].Object, "rules")
+		for _, r := range rules {
+			rule := r.(map[string]any)
+			for _, field := range []string{"apiGroups", "resources", "verbs"} {
+				for _, v := range rule[field].([]any) {
+					assert.NotEqual(t, "*", v, "%s has a wildcard in %s", key, field)
+					assert.NotEqual(t, "secrets", v, "%s grants secrets", key)
+				}
+			}
+		}
+	}
+
+	// The restricted pod security context, probes and the istio-ca token.
+	dep := kinds["Deployment/meshwave"]
+	podSec, _, _ := unstructured.NestedMap(dep.Object, "spec", "template", "spec", "securityContext")
+	assert.Equal(t, true, podSec["runAsNonRoot"])
+	containers, _, _ := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "containers")
+	c := containers[0].(map[string]any)
+	sec := c["securityContext"].(map[string]any)
+	assert.Equal(t, true, sec["readOnlyRootFilesystem"])
+	assert.Equal(t, false, sec["allowPrivilegeEscalation"])
+	assert.Equal(t, []any{"ALL"}, sec["capabilities"].(map[string]any)["drop"])
+	assert.Contains(t, c, "livenessProbe")
+	assert.Contains(t, c, "readinessProbe")
+	assert.Contains(t, manifests, "audience: istio-ca")
+
+	// The rendered configuration is valid for the agent.
+	raw, _, _ := unstructured.NestedString(kinds["ConfigMap/meshwave-config"].Object, "data", "config.yaml")
+	chartCfg, err := agent.ParseConfig([]byte(raw))
+	require.NoError(t, err)
+	assert.Equal(t, "istio-system", chartCfg.RootNamespace)
+	assert.Equal(t, "/var/run/secrets/tokens/istio-token", chartCfg.Gates.Sync.TokenFile)
+
+	// The alerts, as rendered, pass their promtool tests.
+	spec, _, _ := unstructured.NestedMap(kinds["PrometheusRule/meshwave"].Object, "spec")
+	dir := t.TempDir()
+	rules, err := json.Marshal(spec)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "rules.yaml"), rules, 0o644))
+	tests, err := os.ReadFile(filepath.Join(chart, "tests", "alerts_test.yaml"))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "alerts_test.yaml"), tests, 0o644))
+	promBin, err := prom.FindBinary()
+	require.NoError(t, err)
+	promtool := filepath.Join(filepath.Dir(promBin), "promtool")
+	out, err := exec.Command(promtool, "test", "rules", filepath.Join(dir, "alerts_test.yaml")).CombinedOutput()
+	require.NoError(t, err, "promtool test rules: %s", out)
+	assert.Contains(t, string(out), "SUCCESS")
+
+	// Every object is accepted by the real apiserver.
+	apply(t, f.World.Cluster.Config, operatorCRDs(t))
+	apply(t, f.World.Cluster.Config, objs)
+	f.WaitForRolledOut("istio-system", "meshwave")
+
+	// The chart's service account may do what meshwave does, and no more.
+	sa := rest.CopyConfig(f.World.Cluster.Config)
+	sa.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:istio-system:meshwave",
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:istio-system", "system:authenticated"}}
+	saClient, err := kubernetes.NewForConfig(sa)
+	require.NoError(t, err)
+	_, err = saClient.CoreV1().Secrets("istio-system").List(f.Ctx, metav1.ListOptions{})
+	assert.True(t, apierrors.IsForbidden(err), "secrets are forbidden: %v", err)
+	_, err = saClient.AppsV1().Deployments("default").Create(f.Ctx, fixture.NewDeployment("default", "x"), metav1.CreateOptions{})
+	assert.True(t, apierrors.IsForbidden(err), "creating Deployments is forbidden: %v", err)
+
+	const ns = "charted"
+	f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, nil).
+		Deployment(ns, "a").Deployment(ns, "b").RolledOut(ns)
+	cfg := chartCfg
+	test := testConfig(f)
+	cfg.Gates.Sync = test.Gates.Sync
+	cfg.DelayBetweenWaves, cfg.LeaderElection = test.DelayBetweenWaves, test.LeaderElection
+	cfg.LeaderElection.LeaseName = chartCfg.LeaderElection.LeaseName
+	cfg.LeaderElection.Namespace = chartCfg.LeaderElection.Namespace
+	optIn(f, ns, "1-26", 10)
+	ctrl, err := agent.New(agent.Options{Client: saClient, Config: cfg, Identity: "chart-sa"})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ctrl.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		ctrl.Shutdown()
+	})
+	st := waitForPhase(f, ns, canary.PhaseCompleted, 2*time.Minute)
+	assert.Equal(t, "moved 2 workloads to 1-26 in 2 waves", st.Reason)
+	f.Then().PodsOnRevision(ns, "a", "1-26").PodsOnRevision(ns, "b", "1-26")
+	evs, err := f.Client.CoreV1().Events(metav1.NamespaceDefault).List(f.Ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + ns})
+	require.NoError(t, err)
+	var reasons []string
+	for _, e := range evs.Items {
+		if e.Source.Component == "meshwave" && e.InvolvedObject.Kind == "Namespace" {
+			reasons = append(reasons, e.Reason)
+		}
+	}
+	assert.Contains(t, reasons, "Completed", "the service account records Events")
+	lease, err := f.Client.CoordinationV1().Leases("istio-system").Get(f.Ctx, "meshwave", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "chart-sa", *lease.Spec.HolderIdentity)
+}

@@ -1,0 +1,134 @@
+// Command dashboard writes meshwave's Grafana dashboard as JSON, built as
+// code with the Grafana Foundation SDK. "make dashboard" runs it into the
+// chart; CI checks the committed file is what it generates.
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+
+	"github.com/grafana/grafana-foundation-sdk/go/cog"
+	"github.com/grafana/grafana-foundation-sdk/go/common"
+	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
+	"github.com/grafana/grafana-foundation-sdk/go/prometheus"
+	"github.com/grafana/grafana-foundation-sdk/go/stat"
+	"github.com/grafana/grafana-foundation-sdk/go/statetimeline"
+	"github.com/grafana/grafana-foundation-sdk/go/table"
+	"github.com/grafana/grafana-foundation-sdk/go/timeseries"
+)
+
+func main() {
+	d, err := build()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "dashboard:", err)
+		os.Exit(1)
+	}
+	out, err := json.MarshalIndent(d, "", "  ")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "dashboard:", err)
+		os.Exit(1)
+	}
+	fmt.Println(string(out))
+}
+
+// ns filters by the dashboard's namespace variable.
+const ns = `namespace=~"$namespace"`
+
+func query(expr, legend string) *prometheus.DataqueryBuilder {
+	return prometheus.NewDataqueryBuilder().Expr(expr).LegendFormat(legend)
+}
+
+func build() (dashboard.Dashboard, error) {
+	datasource := dashboard.DataSourceRef{Type: cog.ToPtr("prometheus"), Uid: cog.ToPtr("${datasource}")}
+	b := dashboard.NewDashboardBuilder("meshwave: revision migrations").
+		Uid("meshwave").
+		Description("Waves of every namespace moving between Istio revisions, paused canaries, the analysis values against their thresholds, rollbacks and the agent's health.").
+		Tags([]string{"meshwave", "istio"}).
+		Refresh("30s").
+		Time("now-6h", "now").
+		Timezone(common.TimeZoneBrowser).
+		WithVariable(dashboard.NewDatasourceVariableBuilder("datasource").Label("Data source").Type("prometheus")).
+		WithVariable(dashboard.NewQueryVariableBuilder("namespace").Label("Namespace").
+			Query(dashboard.StringOrMap{String: cog.ToPtr("label_values(meshwave_namespace_info, namespace)")}).
+			Datasource(datasource).Multi(true).IncludeAll(true).AllValue(".*").
+			Refresh(dashboard.VariableRefreshOnTimeRangeChanged))
+
+	b = b.WithRow(dashboard.NewRowBuilder("Migrations")).
+		WithPanel(stat.NewPanelBuilder().Title("Paused canaries").
+			Description("Namespaces whose migration is paused: by a failed or inconclusive check, or by hand. Alerted on after a while; see the README.").
+			Datasource(datasource).Height(5).Span(4).
+			WithTarget(query(`count(meshwave_namespace_phase{phase="Paused",`+ns+`} == 1) or vector(0)`, "paused")).
+			Thresholds(dashboard.NewThresholdsConfigBuilder().Mode(dashboard.ThresholdsModeAbsolute).Steps([]dashboard.Threshold{
+				{Value: nil, Color: "green"}, {Value: cog.ToPtr(1.0), Color: "orange"},
+			}))).
+		WithPanel(stat.NewPanelBuilder().Title("Migrating now").
+			Datasource(datasource).Height(5).Span(4).
+			WithTarget(query(`count(meshwave_namespace_phase{phase=~"Migrating|Analyzing|RollingBack",`+ns+`} == 1) or vector(0)`, "migrating"))).
+		WithPanel(stat.NewPanelBuilder().Title("Blocked by invalid input").
+			Description("Namespaces whose meshwave annotations are invalid: the Event on the namespace names the key, the value and what is expected.").
+			Datasource(datasource).Height(5).Span(4).
+			WithTarget(query(`count(meshwave_namespace_blocked{kind="invalid_input",`+ns+`} == 1) or vector(0)`, "blocked")).
+			Thresholds(dashboard.NewThresholdsConfigBuilder().Mode(dashboard.ThresholdsModeAbsolute).Steps([]dashboard.Threshold{
+				{Value: nil, Color: "green"}, {Value: cog.ToPtr(1.0), Color: "red"},
+			}))).
+		WithPanel(stat.NewPanelBuilder().Title("Rollbacks (24h)").
+			Datasource(datasource).Height(5).Span(4).
+			WithTarget(query(`sum(increase(meshwave_rollbacks_total{`+ns+`}[24h])) or vector(0)`, "rollbacks"))).
+		WithPanel(statetimeline.NewPanelBuilder().Title("Phase of each namespace").
+			Description("One row per namespace: its phase over time.").
+			Datasource(datasource).Height(8).Span(24).
+			WithTarget(query(`max by (namespace, phase) (meshwave_namespace_phase{`+ns+`} == 1) * 0 + 1`, "{{namespace}} {{phase}}"))).
+		WithPanel(timeseries.NewPanelBuilder().Title("Waves of every namespace").
+			Description("The current wave of each namespace against its total.").
+			Datasource(datasource).Height(8).Span(12).Min(0).Decimals(0).
+			WithTarget(query(`meshwave_namespace_wave{`+ns+`}`, "{{namespace}} wave")).
+			WithTarget(query(`meshwave_namespace_waves{`+ns+`}`, "{{namespace}} of"))).
+		WithPanel(timeseries.NewPanelBuilder().Title("Workloads by state").
+			Datasource(datasource).Height(8).Span(12).Min(0).Decimals(0).
+			WithTarget(query(`sum by (state) (meshwave_namespace_workloads{`+ns+`})`, "{{state}}"))).
+		WithPanel(table.NewPanelBuilder().Title("Paused namespaces").
+			Description("How long each paused namespace has spent paused, in seconds.").
+			Datasource(datasource).Height(6).Span(24).Unit("s").
+			WithTarget(query(`meshwave_namespace_paused_seconds{`+ns+`} * on (namespace) group_left () (meshwave_namespace_phase{phase="Paused"} == 1)`, "{{namespace}}").
+				Instant().Format(prometheus.PromQueryFormatTable)))
+
+	b = b.WithRow(dashboard.NewRowBuilder("Analysis")).
+		WithPanel(timeseries.NewPanelBuilder().Title("Check values against thresholds").
+			Description("The last value of each metric check, for the wave's worst workload, and the threshold it is held against.").
+			Datasource(datasource).Height(9).Span(12).
+			WithTarget(query(`meshwave_analysis_value{`+ns+`}`, "{{namespace}} {{check}} value")).
+			WithTarget(query(`meshwave_analysis_threshold{`+ns+`}`, "{{namespace}} {{check}} threshold")).
+			WithTarget(query(`meshwave_analysis_baseline{`+ns+`}`, "{{namespace}} {{check}} baseline")).
+			OverrideByRegexp(".*threshold", []dashboard.DynamicConfigValue{{Id: "custom.lineStyle", Value: map[string]any{"fill": "dash", "dash": []int{10, 10}}}})).
+		WithPanel(timeseries.NewPanelBuilder().Title("Verdicts").
+			Description("Gate verdicts per check and result.").
+			Datasource(datasource).Height(9).Span(12).Min(0).
+			WithTarget(query(`sum by (check, result) (increase(meshwave_analysis_verdicts_total{`+ns+`}[$__rate_interval]))`, "{{check}} {{result}}"))).
+		WithPanel(timeseries.NewPanelBuilder().Title("Wave duration (p90)").
+			Datasource(datasource).Height(7).Span(12).Unit("s").
+			WithTarget(query(`histogram_quantile(0.9, sum by (le, outcome) (rate(meshwave_wave_duration_seconds_bucket{`+ns+`}[$__rate_interval])))`, "{{outcome}}"))).
+		WithPanel(timeseries.NewPanelBuilder().Title("Restarts and rollbacks").
+			Datasource(datasource).Height(7).Span(12).Min(0).
+			WithTarget(query(`sum by (namespace, kind) (increase(meshwave_restarts_total{`+ns+`}[$__rate_interval]))`, "{{namespace}} {{kind}}")).
+			WithTarget(query(`sum by (namespace, scope) (increase(meshwave_rollbacks_total{`+ns+`}[$__rate_interval]))`, "{{namespace}} rollback {{scope}}")))
+
+	b = b.WithRow(dashboard.NewRowBuilder("Agent")).
+		WithPanel(stat.NewPanelBuilder().Title("Leader").
+			Description("Replicas holding the lease: 1 is healthy; 0 means no replica runs the workers.").
+			Datasource(datasource).Height(6).Span(4).
+			WithTarget(query(`sum(meshwave_leader) or vector(0)`, "leaders")).
+			Thresholds(dashboard.NewThresholdsConfigBuilder().Mode(dashboard.ThresholdsModeAbsolute).Steps([]dashboard.Threshold{
+				{Value: nil, Color: "red"}, {Value: cog.ToPtr(1.0), Color: "green"},
+			}))).
+		WithPanel(timeseries.NewPanelBuilder().Title("Reconcile latency").
+			Datasource(datasource).Height(6).Span(10).Unit("s").
+			WithTarget(query(`histogram_quantile(0.99, sum by (le) (rate(meshwave_reconcile_duration_seconds_bucket[$__rate_interval])))`, "p99")).
+			WithTarget(query(`histogram_quantile(0.5, sum by (le) (rate(meshwave_reconcile_duration_seconds_bucket[$__rate_interval])))`, "p50"))).
+		WithPanel(timeseries.NewPanelBuilder().Title("Errors and queue").
+			Datasource(datasource).Height(6).Span(10).Min(0).
+			WithTarget(query(`sum(rate(meshwave_reconcile_errors_total[$__rate_interval]))`, "reconcile errors/s")).
+			WithTarget(query(`sum(meshwave_workqueue_depth)`, "queue depth")).
+			WithTarget(query(`sum by (code) (rate(meshwave_kube_requests_total[$__rate_interval]))`, "API {{code}}/s")))
+	return b.Build()
+}

@@ -1,0 +1,4 @@
+// Package tools pins the command-line tools the build runs through the Go
+// toolchain ("go tool -modfile=hack/tools/go.mod helm"), in a module of
+// their own so that their dependencies never reach meshwave's.
+package tools
