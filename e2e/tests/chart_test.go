@@ -47,13 +47,19 @@ func repoRoot(t *testing.T) string {
 // helm runs helm through the Go toolchain, as the Makefile does.
 func helm(t *testing.T, args ...string) string {
 	t.Helper()
+	out, stderr, err := runHelm(t, args...)
+	require.NoError(t, err, "helm %v: %s", args, stderr)
+	return out
+}
+
+func runHelm(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
 	cmd := exec.Command("go", append([]string{"tool", "helm"}, args...)...)
 	cmd.Dir = filepath.Join(repoRoot(t), "hack", "tools")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
-	require.NoError(t, err, "helm %v: %s", args, stderr.String())
-	return string(out)
+	return string(out), stderr.String(), err
 }
 
 func decodeObjects(t *testing.T, manifests string) []*unstructured.Unstructured {
@@ -136,6 +142,9 @@ func TestTheChartInstallsAndItsRBACSuffices(t *testing.T) {
 	manifests := helm(t, "template", "meshwave", chart, "--namespace", "istio-system",
 		"--set", "prometheusRule.enabled=true", "--set", "serviceMonitor.enabled=true", "--set", "dashboard.enabled=true")
 	objs := decodeObjects(t, manifests)
+	_, stderr, err := runHelm(t, "template", "meshwave", chart, "--set", "config.failurePolicy=Retry")
+	require.Error(t, err, "values.schema.json rejects a bad value")
+	assert.Contains(t, stderr, "at '/config/failurePolicy': value must be one of 'RollbackWave', 'Pause', 'Continue'")
 	kinds := map[string]*unstructured.Unstructured{}
 	for _, o := range objs {
 		kinds[o.GetKind()+"/"+o.GetName()] = o
@@ -177,6 +186,7 @@ func TestTheChartInstallsAndItsRBACSuffices(t *testing.T) {
 	// The rendered configuration is valid for the agent.
 	raw, _, _ := unstructured.NestedString(kinds["ConfigMap/meshwave-config"].Object, "data", "config.yaml")
 	chartCfg, err := agent.ParseConfig([]byte(raw))
+	require.NoError(t, err)
 	require.NoError(t, err)
 	assert.Equal(t, "istio-system", chartCfg.RootNamespace)
 	assert.Equal(t, "/var/run/secrets/tokens/istio-token", chartCfg.Gates.Sync.TokenFile)
