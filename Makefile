@@ -57,9 +57,13 @@ prometheus: ## Fetch Debian's prometheus and promtool into e2e/.cache (no system
 e2e: prometheus ## End-to-end tests on the local world (real apiserver, etcd, controllers, Prometheus).
 	cd e2e && $(GO) test -count=1 -timeout $(E2E_TIMEOUT) -ldflags "$(K8S_LDFLAGS)" ./...
 
+.PHONY: demo-check
+demo-check: prometheus ## Run the demo non-interactively; fails unless it ends as expected.
+	cd e2e && $(GO) run -ldflags "$(K8S_LDFLAGS)" ./cmd/demo --check
+
 .PHONY: test
-test: lint unit e2e ## Every tier: lint, unit, e2e.
+test: lint unit e2e demo-check ## Every tier: lint, unit, e2e, and the demo once.
 
 .PHONY: demo
-demo: prometheus ## Bring up the local world and run the demo; Ctrl-C stops it.
+demo: prometheus ## Run the demo on the local world, then keep it up until Ctrl-C (DEMO_FLAGS=--check exits).
 	cd e2e && $(GO) run -ldflags "$(K8S_LDFLAGS)" ./cmd/demo $(DEMO_FLAGS)

@@ -173,7 +173,7 @@ func planCommand(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return renderPlan(out, plan, *format)
+	return agent.RenderPlan(out, plan, *format)
 }
 
 func statusCommand(ctx context.Context, args []string, out io.Writer) error {
@@ -199,5 +199,5 @@ func statusCommand(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return renderStatus(out, rows, *format)
+	return agent.RenderStatus(out, rows, *format)
 }

@@ -1,24 +1,63 @@
-// Command demo brings up the local world: a real control plane, a simulated
-// Istio mesh with revisions 1-25 and 1-26, a sample application and a real
-// Prometheus. It prints how to reach them and runs until interrupted.
+// Command demo shows meshwave's whole job on the local world: a real
+// control plane, a simulated Istio mesh with revisions 1-25 and 1-26, a
+// sample application in three namespaces and a real Prometheus. The agent
+// moves the namespaces to 1-26 in canary waves; one workload breaks on 1-26
+// and is caught by the error-rate check and rolled back while the others
+// complete.
+//
+// With --check it exits when the migrations end, non-zero unless the
+// outcome is the expected one; otherwise it keeps the world up until
+// Ctrl-C so it can be explored with kubectl and Prometheus.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sort"
+	"strings"
 	"syscall"
 	"time"
 
-	"github.com/meshwave/meshwave/e2e/fixture"
-	"github.com/meshwave/meshwave/e2e/mesh"
-	"github.com/meshwave/meshwave/e2e/world"
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/term"
+	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/meshwave/meshwave/agent"
+	"github.com/meshwave/meshwave/canary"
+	"github.com/meshwave/meshwave/e2e/fixture"
+	"github.com/meshwave/meshwave/e2e/mesh"
+	"github.com/meshwave/meshwave/e2e/prom"
+	"github.com/meshwave/meshwave/e2e/world"
 )
+
+// app is the sample application: per namespace, its workloads in wave
+// order and the calls between them.
+var app = []struct {
+	ns        string
+	priority  int
+	workloads []string
+	routes    [][2]string
+}{
+	{"shop", 10, []string{"frontend", "cart", "checkout"}, [][2]string{{"frontend", "cart"}, {"frontend", "checkout"}}},
+	{"reviews", 20, []string{"reviews", "ratings", "details"}, [][2]string{{"reviews", "ratings"}}},
+	{"media", 30, []string{"catalog", "stream"}, [][2]string{{"catalog", "stream"}}},
+}
+
+// broken is the workload that fails on 1-26.
+var broken = mesh.WorkloadRef{Namespace: "reviews", Name: "reviews"}
 
 func main() {
 	if err := run(); err != nil {
@@ -29,64 +68,291 @@ func main() {
 
 func run() error {
 	dir := flag.String("dir", filepath.Join(os.TempDir(), "meshwave-demo"), "where the world keeps its kubeconfig and data")
-	exitAfter := flag.Duration("exit-after", 0, "stop after this long instead of waiting for Ctrl-C (0 waits)")
+	check := flag.Bool("check", false, "exit when the migrations end; fail unless shop and media completed and reviews rolled back")
+	timeout := flag.Duration("timeout", 6*time.Minute, "give up on the migrations after this long")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	out := os.Stdout
+	tty := term.IsTerminal(int(out.Fd()))
 	if err := os.RemoveAll(*dir); err != nil {
 		return err
 	}
-	fmt.Println("starting the local world (etcd, kube-apiserver, kube-controller-manager, fake kubelet, mesh, Prometheus)...")
+	say := func(format string, args ...any) { fmt.Fprintf(out, time.Now().Format("15:04:05")+" "+format+"\n", args...) }
+
+	say("starting the local world: etcd, kube-apiserver, kube-controller-manager, a fake kubelet, Istio 1-25 and 1-26, Prometheus")
 	w, err := world.Start(ctx, world.Options{Dir: *dir})
 	if err != nil {
 		return err
 	}
 	defer w.Stop()
+	say("world up in %s; kubeconfig %s", w.BootTime.Round(time.Millisecond), w.Cluster.Kubeconfig)
 
 	if err := deploySample(ctx, w); err != nil {
 		return err
 	}
-	fmt.Printf("\nworld up in %s\n\n", w.BootTime.Round(time.Millisecond))
-	fmt.Printf("  kubeconfig:  export KUBECONFIG=%s\n", w.Cluster.Kubeconfig)
-	fmt.Printf("  Prometheus:  %s\n", w.Prometheus.URL)
-	fmt.Printf("  metrics:     %s\n", w.Mesh.Traffic().URL())
-	for _, rev := range []string{"1-25", "1-26"} {
-		fmt.Printf("  istiod %s:  %v (xDS %d, HTTP %d)\n", rev, w.Mesh.Istiod(rev).ReplicaAddrs(), w.Mesh.Ports().GRPCTLS, w.Mesh.Ports().HTTP)
+	say("sample application running on 1-25; %s/%s is set to return 30%% 5xx on 1-26", broken.Namespace, broken.Name)
+	say("waiting for Prometheus to have one rate window of traffic")
+	if err := w.Prometheus.WaitForScrape(ctx, world.MeshJob, time.Minute); err != nil {
+		return err
 	}
-	fmt.Println("\ntry: kubectl get pods -A; press Ctrl-C to stop")
+	if err := w.Prometheus.WaitForQuery(ctx, `sum by (destination_workload) (increase(istio_requests_total{reporter="destination"}[10s])) > 50`, 8, 2*time.Minute); err != nil {
+		return err
+	}
 
-	if *exitAfter > 0 {
-		select {
-		case <-ctx.Done():
-		case <-time.After(*exitAfter):
-		}
-	} else {
-		<-ctx.Done()
+	metricsAddr, shutdownAgent, err := startAgent(ctx, w, *dir)
+	if err != nil {
+		return err
 	}
-	fmt.Println("\nstopping...")
+	defer shutdownAgent()
+	if err := w.Prometheus.AddTarget(ctx, prom.Target{Job: "meshwave", Addr: metricsAddr}); err != nil {
+		return err
+	}
+	say("meshwave running; its metrics at http://%s/metrics, scraped by Prometheus", metricsAddr)
+	for _, a := range app {
+		if err := optIn(ctx, w, a.ns, a.priority); err != nil {
+			return err
+		}
+	}
+	say("opted in shop (priority 10), reviews (20) and media (30) to revision 1-26")
+
+	final, err := follow(ctx, w, out, tty, *timeout)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(out)
+	if err := agent.RenderStatus(out, final, "table"); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "\nPrometheus: %s  (try: meshwave_namespace_phase == 1, meshwave_analysis_value, meshwave_rollbacks_total)\n", w.Prometheus.URL)
+	fmt.Fprintf(out, "kubectl:    export KUBECONFIG=%s\n", w.Cluster.Kubeconfig)
+
+	problems := expected(final)
+	if len(problems) > 0 {
+		fmt.Fprintln(out, "\nunexpected outcome:\n  "+strings.Join(problems, "\n  "))
+	} else {
+		fmt.Fprintln(out, "\noutcome as expected: shop and media completed; reviews was caught by the error-rate check and rolled back")
+	}
+	if *check {
+		if len(problems) > 0 {
+			return errors.New("the demo did not end as expected")
+		}
+		return nil
+	}
+	fmt.Fprintln(out, "\nthe world stays up; press Ctrl-C to stop")
+	<-ctx.Done()
+	fmt.Fprintln(out, "stopping...")
 	return nil
 }
 
-// deploySample installs a three-namespace sample application on 1-25.
-func deploySample(ctx context.Context, w *world.World) error {
-	apps := map[string][]string{
-		"shop":    {"frontend", "cart", "checkout"},
-		"media":   {"catalog", "stream"},
-		"reviews": {"reviews", "ratings"},
+// expected lists how the final state differs from the intended one.
+func expected(rows []agent.NamespaceStatus) []string {
+	want := map[string]canary.Phase{"shop": canary.PhaseCompleted, "media": canary.PhaseCompleted, "reviews": canary.PhaseRolledBack}
+	var problems []string
+	seen := map[string]bool{}
+	for _, r := range rows {
+		seen[r.Namespace] = true
+		if r.Status == nil || r.Status.Phase != want[r.Namespace] {
+			phase := canary.Phase("none")
+			if r.Status != nil {
+				phase = r.Status.Phase
+			}
+			problems = append(problems, fmt.Sprintf("%s is %s, not %s", r.Namespace, phase, want[r.Namespace]))
+			continue
+		}
+		if r.Namespace == "reviews" && !strings.Contains(r.Status.Reason, "error-rate fail: reviews:") {
+			problems = append(problems, "reviews was rolled back for another reason: "+r.Status.Reason)
+		}
 	}
-	for ns, names := range apps {
-		_, err := w.Cluster.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
-			ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{mesh.LabelRev: "1-25"}},
-		}, metav1.CreateOptions{})
-		if err != nil {
+	for ns := range want {
+		if !seen[ns] {
+			problems = append(problems, ns+" has no status")
+		}
+	}
+	sort.Strings(problems)
+	return problems
+}
+
+func deploySample(ctx context.Context, w *world.World) error {
+	c := w.Cluster.Client
+	for _, a := range app {
+		if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
+			ObjectMeta: metav1.ObjectMeta{Name: a.ns, Labels: map[string]string{mesh.LabelRev: "1-25"}},
+		}, metav1.CreateOptions{}); err != nil {
 			return err
 		}
-		for _, name := range names {
-			if _, err := w.Cluster.Client.AppsV1().Deployments(ns).Create(ctx, fixture.NewDeployment(ns, name), metav1.CreateOptions{}); err != nil {
+		for i, name := range a.workloads {
+			d := fixture.NewDeployment(a.ns, name, fixture.Annotations(map[string]string{canary.AnnotationWave: fmt.Sprint(min(i, 1))}))
+			if _, err := c.AppsV1().Deployments(a.ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
 				return err
+			}
+		}
+		for _, r := range a.routes {
+			w.Mesh.Traffic().Route(mesh.WorkloadRef{Namespace: a.ns, Name: r[0]}, mesh.WorkloadRef{Namespace: a.ns, Name: r[1]})
+		}
+	}
+	w.Mesh.Traffic().SetBehavior(broken, "1-26", mesh.Behavior{ErrorRatio: 0.3, LatencyMs: 40})
+	deadline := time.Now().Add(time.Minute)
+	for _, a := range app {
+		for _, name := range a.workloads {
+			for {
+				d, err := c.AppsV1().Deployments(a.ns).Get(ctx, name, metav1.GetOptions{})
+				if err == nil && d.Status.AvailableReplicas == *d.Spec.Replicas && d.Status.UpdatedReplicas == *d.Spec.Replicas {
+					break
+				}
+				if time.Now().After(deadline) {
+					return fmt.Errorf("deployment %s/%s did not become available", a.ns, name)
+				}
+				time.Sleep(100 * time.Millisecond)
 			}
 		}
 	}
 	return nil
+}
+
+// startAgent runs meshwave in this process against the world, with the
+// xDS gate and the metric checks on, its metrics served on loopback.
+func startAgent(ctx context.Context, w *world.World, dir string) (string, func(), error) {
+	c := w.Cluster.Client
+	root := w.Mesh.RootNamespace()
+	if _, err := c.CoreV1().ServiceAccounts(root).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "meshwave"}}, metav1.CreateOptions{}); err != nil {
+		return "", nil, err
+	}
+	tr, err := c.CoreV1().ServiceAccounts(root).CreateToken(ctx, "meshwave", &authnv1.TokenRequest{
+		Spec: authnv1.TokenRequestSpec{Audiences: []string{mesh.IstioCAAudience}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return "", nil, err
+	}
+	tokenFile := filepath.Join(dir, "istio-token")
+	if err := os.WriteFile(tokenFile, []byte(tr.Status.Token), 0o600); err != nil {
+		return "", nil, err
+	}
+	cfg := agent.DefaultConfig()
+	cfg.CanarySize, cfg.BatchSize = 1, 2
+	cfg.DelayBetweenWaves = agent.Duration(2 * time.Second)
+	cfg.ReadinessTimeout = agent.Duration(time.Minute)
+	cfg.LeaderElection.LeaseDuration = agent.Duration(6 * time.Second)
+	cfg.LeaderElection.RenewDeadline = agent.Duration(4 * time.Second)
+	cfg.LeaderElection.RetryPeriod = agent.Duration(time.Second)
+	cfg.Gates.Sync.TokenFile = tokenFile
+	cfg.Gates.Sync.Port = w.Mesh.Ports().GRPCTLS
+	cfg.Gates.Sync.Interval = agent.Duration(time.Second)
+	m := &cfg.Gates.Metrics
+	m.Prometheus.URL = w.Prometheus.URL
+	m.Window, m.BakeTime, m.Interval = agent.Duration(10*time.Second), agent.Duration(5*time.Second), agent.Duration(3*time.Second)
+	m.RequiredPasses = 2
+	m.OutboundErrorRate.Enabled = false
+
+	reg := prometheus.NewRegistry()
+	agent.RegisterClientMetrics(reg)
+	ctrl, err := agent.New(agent.Options{Client: c, Config: cfg, Registerer: reg, Identity: "demo"})
+	if err != nil {
+		return "", nil, err
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	srv := &http.Server{Handler: ctrl.Handler(reg), ReadHeaderTimeout: time.Second}
+	go func() { _ = srv.Serve(l) }()
+	actx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	logger := klog.NewKlogr()
+	if os.Getenv("MESHWAVE_DEMO_LOG") == "" {
+		logger = logr.Discard()
+	}
+	go func() { done <- ctrl.Run(klog.NewContext(actx, logger)) }()
+	return l.Addr().String(), func() {
+		cancel()
+		<-done
+		ctrl.Shutdown()
+		_ = srv.Close()
+	}, nil
+}
+
+func optIn(ctx context.Context, w *world.World, ns string, priority int) error {
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"1-26",%q:"%d"}}}`, canary.AnnotationTargetRevision, canary.AnnotationPriority, priority)
+	_, err := w.Cluster.Client.CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	return err
+}
+
+// follow shows progress until every namespace has ended, refreshing a
+// table in place on a terminal and printing a line per change otherwise.
+func follow(ctx context.Context, w *world.World, out io.Writer, tty bool, timeout time.Duration) ([]agent.NamespaceStatus, error) {
+	deadline := time.Now().Add(timeout)
+	last := map[string]string{}
+	drawn := 0
+	for {
+		rows, err := agent.StatusNow(ctx, w.Cluster.Client, time.Now())
+		if err != nil {
+			return nil, err
+		}
+		if tty {
+			var b strings.Builder
+			_ = agent.RenderStatus(&b, rows, "table")
+			text := strings.TrimRight(b.String(), "\n")
+			if drawn > 0 {
+				fmt.Fprintf(out, "\033[%dA\033[J", drawn)
+			}
+			fmt.Fprintln(out, text)
+			drawn = strings.Count(text, "\n") + 1
+		} else {
+			for _, r := range rows {
+				line := progressLine(r)
+				if last[r.Namespace] != line {
+					fmt.Fprintf(out, "%s %s\n", time.Now().Format("15:04:05"), line)
+					last[r.Namespace] = line
+				}
+			}
+		}
+		if allEnded(rows) {
+			return rows, nil
+		}
+		if time.Now().After(deadline) {
+			return rows, fmt.Errorf("the migrations did not end within %s", timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return rows, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func progressLine(r agent.NamespaceStatus) string {
+	st := r.Status
+	if st == nil {
+		return fmt.Sprintf("%-8s opted in, waiting", r.Namespace)
+	}
+	var moving []string
+	for _, m := range st.Workloads {
+		moving = append(moving, m.Name+"="+strings.ToLower(m.State))
+	}
+	line := fmt.Sprintf("%-8s %-11s wave %d/%d  moved %d/%d", r.Namespace, st.Phase, st.Wave, st.TotalWaves, st.Counts.Moved, st.Counts.Total-st.Counts.Skipped)
+	if len(moving) > 0 {
+		line += "  [" + strings.Join(moving, " ") + "]"
+	}
+	if st.Reason != "" {
+		line += "  " + st.Reason
+	}
+	return line
+}
+
+func allEnded(rows []agent.NamespaceStatus) bool {
+	if len(rows) < len(app) {
+		return false
+	}
+	for _, r := range rows {
+		if r.Status == nil {
+			return false
+		}
+		switch r.Status.Phase {
+		case canary.PhaseCompleted, canary.PhaseRolledBack, canary.PhaseStopped, canary.PhasePaused, canary.PhaseBlocked:
+		default:
+			return false
+		}
+	}
+	return true
 }

@@ -1,4 +1,4 @@
-package main
+package agent
 
 import (
 	"encoding/json"
@@ -9,11 +9,11 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/meshwave/meshwave/agent"
 	"github.com/meshwave/meshwave/canary"
 )
 
-func renderPlan(out io.Writer, plan agent.Plan, format string) error {
+// RenderPlan writes a plan as a table, or as JSON when format is "json".
+func RenderPlan(out io.Writer, plan Plan, format string) error {
 	if format == "json" {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
@@ -84,10 +84,10 @@ func describeChanges(c canary.TemplateChanges) string {
 	return strings.Join(parts, ", ")
 }
 
-// renderStatus prints a table per namespace, in migration order: phase,
+// RenderStatus writes a table per namespace, in migration order: phase,
 // wave k/n, workloads moved, failed and total, how long it has been paused,
-// and the last verdicts with their numbers.
-func renderStatus(out io.Writer, rows []agent.NamespaceStatus, format string) error {
+// and the last verdicts with their numbers; or JSON when format is "json".
+func RenderStatus(out io.Writer, rows []NamespaceStatus, format string) error {
 	if format == "json" {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
