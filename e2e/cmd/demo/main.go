@@ -79,7 +79,9 @@ func run() error {
 	if err := os.RemoveAll(*dir); err != nil {
 		return err
 	}
-	say := func(format string, args ...any) { fmt.Fprintf(out, time.Now().Format("15:04:05")+" "+format+"\n", args...) }
+	say := func(format string, args ...any) {
+		fmt.Fprintf(out, time.Now().Format("15:04:05")+" "+format+"\n", args...)
+	}
 
 	say("starting the local world: etcd, kube-apiserver, kube-controller-manager, a fake kubelet, Istio 1-25 and 1-26, Prometheus")
 	w, err := world.Start(ctx, world.Options{Dir: *dir})
