@@ -42,8 +42,10 @@ func TestRolloutGate(t *testing.T) {
 	rolling.Status.UpdatedReplicas = 0
 	rolling.Pods[0].Ready = false
 	rolling.Pods[0].Waiting = "CrashLoopBackOff"
-	old := member("web", pod("web-new-1", "1-26"), canary.Pod{Name: "web-old-1", Current: false, Running: true})
+	old := member("web", pod("web-new-1", "1-26"), pod("web-new-2", "1-26"), canary.Pod{Name: "web-old-1", Current: false, Running: true})
 	old.Replicas, old.Status.Replicas, old.Status.UpdatedReplicas, old.Status.AvailableReplicas = 2, 2, 2, 2
+	surge := member("api", canary.Pod{Name: "api-new-1", Current: true, Running: true, Waiting: "CrashLoopBackOff"}, canary.Pod{Name: "api-old-1", Current: false, Running: true, Ready: true})
+	surge.Replicas, surge.Status.Replicas, surge.Status.UpdatedReplicas, surge.Status.AvailableReplicas = 1, 2, 1, 1
 	stale := member("api", pod("api-1", "1-26"))
 	stale.Generation = 3
 
@@ -60,6 +62,8 @@ func TestRolloutGate(t *testing.T) {
 		{"past its deadline it fails with the reason", wave(rolling), t0.Add(5 * time.Minute), canary.ResultFail,
 			"cart did not roll out within 5m0s: 0 of 1 replicas updated; pod cart-new-1 not ready (CrashLoopBackOff)"},
 		{"an old pod left is not rolled out", wave(old), t0, canary.ResultPending, "1 of 1 workloads rolling out: web: old pods still present: web-old-1"},
+		{"a surge's new pod that is not ready is reported before the old pod it keeps up", wave(surge), t0, canary.ResultPending,
+			"1 of 1 workloads rolling out: api: 0 of 1 new pods ready; pod api-new-1 not ready (CrashLoopBackOff)"},
 		{"an unobserved generation is not rolled out", wave(stale), t0, canary.ResultPending,
 			"1 of 1 workloads rolling out: api: the deployment controller has not seen generation 3 yet"},
 	}

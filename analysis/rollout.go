@@ -62,29 +62,36 @@ func (RolloutGate) Evaluate(_ context.Context, wave canary.WaveUnderTest, now ti
 }
 
 // RolledOut reports whether a Deployment has finished rolling out, and if
-// not, what it is waiting for.
+// not, what it is waiting for. The new pods' readiness comes before the old
+// pods: while a surge keeps an old pod up, the reason that matters is why
+// the new one is not ready.
 func RolledOut(w canary.Workload) (bool, string) {
 	want := w.Replicas
 	s := w.Status
+	newReady := int32(0)
+	var old []string
+	for _, p := range w.Pods {
+		switch {
+		case !p.Current:
+			old = append(old, p.Name)
+		case p.Ready && !p.Terminating:
+			newReady++
+		}
+	}
+	sort.Strings(old)
 	switch {
 	case s.ObservedGeneration < w.Generation:
 		return false, fmt.Sprintf("the deployment controller has not seen generation %d yet", w.Generation)
 	case s.UpdatedReplicas < want:
 		return false, fmt.Sprintf("%d of %d replicas updated%s", s.UpdatedReplicas, want, podTrouble(w))
+	case newReady < want:
+		return false, fmt.Sprintf("%d of %d new pods ready%s", newReady, want, podTrouble(w))
 	case s.AvailableReplicas < want:
-		return false, fmt.Sprintf("%d of %d updated replicas available%s", s.AvailableReplicas, want, podTrouble(w))
+		return false, fmt.Sprintf("%d of %d replicas available", s.AvailableReplicas, want)
+	case len(old) > 0:
+		return false, fmt.Sprintf("old pods still present: %s", strings.Join(old, ", "))
 	case s.Replicas > want:
 		return false, fmt.Sprintf("%d old replicas still running", s.Replicas-want)
-	}
-	var old []string
-	for _, p := range w.Pods {
-		if !p.Current {
-			old = append(old, p.Name)
-		}
-	}
-	if len(old) > 0 {
-		sort.Strings(old)
-		return false, fmt.Sprintf("old pods still present: %s", strings.Join(old, ", "))
 	}
 	return true, ""
 }
