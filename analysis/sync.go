@@ -3,6 +3,8 @@ package analysis
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -77,7 +79,7 @@ func (g SyncGate) Evaluate(ctx context.Context, wave canary.WaveUnderTest, now t
 
 	var notSynced, missing []string
 	failedBy := map[string][]string{}
-	for _, id := range sortedKeys(want) {
+	for _, id := range slices.Sorted(maps.Keys(want)) {
 		p, ok := found[id]
 		if !ok {
 			missing = append(missing, id)
@@ -118,7 +120,7 @@ func (g SyncGate) Evaluate(ctx context.Context, wave canary.WaveUnderTest, now t
 	}
 	v := checked(canary.ResultFail, fmt.Sprintf("%s after %s", reason, g.Timeout), g.Interval)
 	v.Measurements = measure
-	for _, w := range sortedKeys(failedBy) {
+	for _, w := range slices.Sorted(maps.Keys(failedBy)) {
 		v.Failed = append(v.Failed, canary.WorkloadState{Name: w, State: canary.StateFailed, Reason: strings.Join(failedBy[w], "; ")})
 	}
 	return v
@@ -216,12 +218,3 @@ func checked(r canary.Result, reason string, retry time.Duration) canary.Verdict
 }
 
 func ptr[T any](v T) *T { return &v }
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}

@@ -2,6 +2,8 @@ package canary
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -352,7 +354,7 @@ func (d *decider) podSourceRevision() string {
 		}
 	}
 	best := ""
-	for _, rev := range sortedKeys(count) {
+	for _, rev := range slices.Sorted(maps.Keys(count)) {
 		if best == "" || count[rev] > count[best] {
 			best = rev
 		}

@@ -2,7 +2,6 @@ package canary
 
 import (
 	"encoding/json"
-	"sort"
 	"time"
 )
 
@@ -110,14 +109,4 @@ func restartStamp(w Workload, at time.Time) string {
 		at = prev.Add(time.Second)
 	}
 	return at.Format(time.RFC3339)
-}
-
-// sortedKeys returns the keys of m in order.
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -154,16 +154,25 @@ func runCommand(ctx context.Context, args []string) error {
 	}
 }
 
+// parseWithFormat parses a read-only command's flags, -o included.
+func parseWithFormat(fs *flag.FlagSet, args []string) (string, error) {
+	format := fs.String("o", "table", "output format: table or json")
+	if err := fs.Parse(args); err != nil {
+		return "", err
+	}
+	if *format != "table" && *format != "json" {
+		return "", fmt.Errorf("-o %q is not table or json", *format)
+	}
+	return *format, nil
+}
+
 func planCommand(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
 	var c common
 	c.register(fs)
-	format := fs.String("o", "table", "output format: table or json")
-	if err := fs.Parse(args); err != nil {
+	format, err := parseWithFormat(fs, args)
+	if err != nil {
 		return err
-	}
-	if *format != "table" && *format != "json" {
-		return fmt.Errorf("-o %q is not table or json", *format)
 	}
 	client, cfg, err := c.clients()
 	if err != nil {
@@ -173,19 +182,16 @@ func planCommand(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return agent.RenderPlan(out, plan, *format)
+	return agent.RenderPlan(out, plan, format)
 }
 
 func statusCommand(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	var c common
 	c.register(fs)
-	format := fs.String("o", "table", "output format: table or json")
-	if err := fs.Parse(args); err != nil {
+	format, err := parseWithFormat(fs, args)
+	if err != nil {
 		return err
-	}
-	if *format != "table" && *format != "json" {
-		return fmt.Errorf("-o %q is not table or json", *format)
 	}
 	rc, err := c.restConfig()
 	if err != nil {
@@ -199,5 +205,5 @@ func statusCommand(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return agent.RenderStatus(out, rows, *format)
+	return agent.RenderStatus(out, rows, format)
 }

@@ -187,7 +187,6 @@ func TestTheChartInstallsAndItsRBACSuffices(t *testing.T) {
 	raw, _, _ := unstructured.NestedString(kinds["ConfigMap/meshwave-config"].Object, "data", "config.yaml")
 	chartCfg, err := agent.ParseConfig([]byte(raw))
 	require.NoError(t, err)
-	require.NoError(t, err)
 	assert.Equal(t, "istio-system", chartCfg.RootNamespace)
 	assert.Equal(t, "/var/run/secrets/tokens/istio-token", chartCfg.Gates.Sync.TokenFile)
 
