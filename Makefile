@@ -43,7 +43,7 @@ check-dashboard: ## Fail if the chart's dashboard is not what the generator writ
 
 .PHONY: helm-lint
 helm-lint: ## helm lint the chart (helm comes from hack/tools through the Go toolchain).
-	cd hack/tools && $(GO) tool helm lint ../../charts/meshwave
+	cd hack/tools && $(GO) tool helm lint ../../charts/meshwave --namespace istio-system
 
 .PHONY: unit
 unit: ## Unit and table tests of the root module.

@@ -137,14 +137,17 @@ func ptrTo[T any](v T) *T { return &v }
 func TestTheChartInstallsAndItsRBACSuffices(t *testing.T) {
 	f := fixture.New(t, world.Options{})
 	chart := filepath.Join(repoRoot(t), "charts", "meshwave")
-	lint := helm(t, "lint", chart)
+	lint := helm(t, "lint", chart, "--namespace", "istio-system")
 	assert.Contains(t, lint, "1 chart(s) linted, 0 chart(s) failed")
 	manifests := helm(t, "template", "meshwave", chart, "--namespace", "istio-system",
 		"--set", "prometheusRule.enabled=true", "--set", "serviceMonitor.enabled=true", "--set", "dashboard.enabled=true")
 	objs := decodeObjects(t, manifests)
-	_, stderr, err := runHelm(t, "template", "meshwave", chart, "--set", "config.failurePolicy=Retry")
+	_, stderr, err := runHelm(t, "template", "meshwave", chart, "--namespace", "istio-system", "--set", "config.failurePolicy=Retry")
 	require.Error(t, err, "values.schema.json rejects a bad value")
 	assert.Contains(t, stderr, "at '/config/failurePolicy': value must be one of 'RollbackWave', 'Pause', 'Continue'")
+	_, stderr, err = runHelm(t, "template", "meshwave", chart, "--namespace", "monitoring")
+	require.Error(t, err, "the chart refuses a namespace istiod would not answer")
+	assert.Contains(t, stderr, `meshwave must run in the mesh's root namespace "istio-system", because istiod answers its debug requests only from there`)
 	kinds := map[string]*unstructured.Unstructured{}
 	for _, o := range objs {
 		kinds[o.GetKind()+"/"+o.GetName()] = o

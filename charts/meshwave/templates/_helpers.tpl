@@ -20,7 +20,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{/* The agent's config file: the values, with the namespaces defaulted to the release's. */}}
 {{- define "meshwave.config" -}}
 {{- $cfg := deepCopy .Values.config -}}
-{{- if not (hasKey $cfg "rootNamespace") -}}{{- $_ := set $cfg "rootNamespace" .Release.Namespace -}}{{- end -}}
+{{- if not (hasKey $cfg "rootNamespace") -}}{{- $_ := set $cfg "rootNamespace" "istio-system" -}}{{- end -}}
 {{- $le := dict "enabled" true "namespace" .Release.Namespace "leaseName" (include "meshwave.fullname" .) -}}
 {{- if hasKey $cfg "leaderElection" -}}{{- $le = merge (deepCopy $cfg.leaderElection) $le -}}{{- end -}}
 {{- $_ := set $cfg "leaderElection" $le -}}
@@ -39,5 +39,16 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- else if hasSuffix "m" $d -}}{{ mul (trimSuffix "m" $d | int) 60 }}
 {{- else if hasSuffix "s" $d -}}{{ trimSuffix "s" $d | int }}
 {{- else -}}{{ fail (printf "prometheusRule.alerts.waveStuckAfter %q is not a whole number of s, m or h" $d) }}
+{{- end -}}
+{{- end -}}
+
+{{/*
+istiod answers debug requests (syncz) only from its root namespace since
+Istio 1.28.7, 1.29.3 and 1.30, so the agent must run there.
+*/}}
+{{- define "meshwave.checkNamespace" -}}
+{{- $root := .Values.config.rootNamespace | default "istio-system" -}}
+{{- if and (ne .Release.Namespace $root) (not .Values.allowOutsideRootNamespace) -}}
+{{- fail (printf "meshwave must run in the mesh's root namespace %q, because istiod answers its debug requests only from there: install with --namespace %s, or set allowOutsideRootNamespace=true if istiod's DEBUG_ENDPOINT_AUTH_ALLOWED_NAMESPACES lists %q" $root $root .Release.Namespace) -}}
 {{- end -}}
 {{- end -}}
