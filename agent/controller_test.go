@@ -59,21 +59,34 @@ func objects() []runtime.Object {
 	}
 }
 
+// startTestController runs a controller's caches over a fake clientset
+// holding objects(), with leader election off and the clock at now. before
+// adjusts the controller ahead of the caches' start. Actions recorded so
+// far are cleared.
+func startTestController(t *testing.T, recorder record.EventRecorder, before func(*Controller)) (*Controller, *fake.Clientset, context.Context) {
+	t.Helper()
+	client := fake.NewClientset(objects()...)
+	cfg := DefaultConfig()
+	cfg.LeaderElection.Enabled = false
+	c, err := New(Options{Client: client, Config: cfg, Clock: clocktesting.NewFakeClock(now), Recorder: recorder})
+	require.NoError(t, err)
+	if before != nil {
+		before(c)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	require.NoError(t, c.Start(ctx))
+	t.Cleanup(c.Shutdown)
+	client.ClearActions()
+	return c, client, ctx
+}
+
 // TestOneSyncStartsTheCanaryWithExactlyTheseWrites checks the API actions
 // of the first reconcile of an opted-in namespace: the status, the label
 // switch, and one merge patch of the canary Deployment.
 func TestOneSyncStartsTheCanaryWithExactlyTheseWrites(t *testing.T) {
-	client := fake.NewClientset(objects()...)
-	cfg := DefaultConfig()
-	cfg.LeaderElection.Enabled = false
 	recorder := record.NewFakeRecorder(20)
-	c, err := New(Options{Client: client, Config: cfg, Clock: clocktesting.NewFakeClock(now), Recorder: recorder})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	require.NoError(t, c.Start(ctx))
-	defer c.Shutdown()
-	client.ClearActions()
+	c, client, ctx := startTestController(t, recorder, nil)
 
 	require.NoError(t, c.sync(ctx, "shop"))
 
@@ -127,17 +140,9 @@ func TestOneSyncStartsTheCanaryWithExactlyTheseWrites(t *testing.T) {
 // TestASyncOnACacheBehindItsOwnWritesWaits checks that after writing, the
 // next reconcile does not decide until the cache shows those writes.
 func TestASyncOnACacheBehindItsOwnWritesWaits(t *testing.T) {
-	client := fake.NewClientset(objects()...)
-	cfg := DefaultConfig()
-	cfg.LeaderElection.Enabled = false
-	c, err := New(Options{Client: client, Config: cfg, Clock: clocktesting.NewFakeClock(now), Recorder: record.NewFakeRecorder(20)})
-	require.NoError(t, err)
-	c.expect.expectMove("shop", "cart", `{"revision":"1-26"}`, now)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	require.NoError(t, c.Start(ctx))
-	defer c.Shutdown()
-	client.ClearActions()
+	c, client, ctx := startTestController(t, record.NewFakeRecorder(20), func(c *Controller) {
+		c.expect.expectMove("shop", "cart", `{"revision":"1-26"}`, now)
+	})
 
 	require.NoError(t, c.sync(ctx, "shop"))
 	for _, a := range client.Actions() {

@@ -196,14 +196,13 @@ func (t *Tracer) Transitions(ctx context.Context, ns string, prev, next *canary.
 	ended := terminalPhase(next.Phase) && !terminalPhase(prev.Phase)
 	if prev.Wave > 0 && prev.WaveStartedAt != nil && (next.Wave != prev.Wave || ended) {
 		outcome := "passed"
-		switch next.Phase {
-		case canary.PhaseRolledBack:
-			outcome = "rolled back"
-		case canary.PhaseStopped:
-			outcome = "stopped"
-		}
-		if next.Wave != prev.Wave {
-			outcome = "passed"
+		if next.Wave == prev.Wave {
+			switch next.Phase {
+			case canary.PhaseRolledBack:
+				outcome = "rolled back"
+			case canary.PhaseStopped:
+				outcome = "stopped"
+			}
 		}
 		wctx := context.WithValue(root, idHintKey{}, idHint{trace: traceID, span: waveSpanID(prev, ns, prev.Wave)})
 		_, span := t.tracer.Start(wctx, fmt.Sprintf("wave %d", prev.Wave), trace.WithTimestamp(*prev.WaveStartedAt),

@@ -141,6 +141,8 @@ type decider struct {
 	settings NamespaceSettings
 	st       *Status
 	out      Decision
+	planned  *NamespacePlan
+	planKey  string
 }
 
 func (d *decider) run() {
@@ -388,13 +390,21 @@ func (d *decider) warnings(plan NamespacePlan) []string {
 }
 
 // plan is the namespace's plan for the current migration, without the
-// workloads of the wave in flight.
+// workloads of the wave in flight. A decision asks for it several times;
+// it is computed again only when the migration, the wave or its members
+// changed in between.
 func (d *decider) plan() NamespacePlan {
-	p := PlanNamespace(d.ns, d.snap.Deployments, d.st.TargetRevision, d.st.MigrationID(), d.st.Wave, d.cfg.Sizes)
 	members := map[string]bool{}
+	names := make([]string, 0, len(d.st.Workloads))
 	for _, m := range d.st.Workloads {
 		members[m.Name] = true
+		names = append(names, m.Name)
 	}
+	key := fmt.Sprintf("%s|%s|%d|%s", d.st.TargetRevision, d.st.MigrationID(), d.st.Wave, strings.Join(names, ","))
+	if d.planned != nil && d.planKey == key {
+		return *d.planned
+	}
+	p := PlanNamespace(d.ns, d.snap.Deployments, d.st.TargetRevision, d.st.MigrationID(), d.st.Wave, d.cfg.Sizes)
 	var waves [][]Planned
 	for _, w := range p.Waves {
 		var keep []Planned
@@ -408,6 +418,7 @@ func (d *decider) plan() NamespacePlan {
 		}
 	}
 	p.Waves = waves
+	d.planned, d.planKey = &p, key
 	return p
 }
 
