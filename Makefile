@@ -27,6 +27,7 @@ lint: ## gofmt, tidy go.mod files and go vet, over both modules.
 	$(GO) mod tidy -diff
 	cd e2e && $(GO) mod tidy -diff
 	cd hack/tools && $(GO) mod tidy -diff
+	cd e2e/istio && $(GO) mod tidy -diff
 	$(GO) vet ./...
 	cd e2e && $(GO) vet ./...
 	cd hack/tools && $(GO) vet ./...
@@ -53,17 +54,21 @@ unit: ## Unit and table tests of the root module.
 prometheus: ## Fetch Debian's prometheus and promtool into e2e/.cache (no system install).
 	@e2e/hack/get-prometheus.sh
 
+.PHONY: istio
+istio: ## Build the real istiod (pilot-discovery) and helm, and copy Istio's charts, into e2e/.cache/istio.
+	@e2e/hack/get-istio.sh
+
 .PHONY: e2e
-e2e: prometheus ## End-to-end tests on the local world (real apiserver, etcd, controllers, Prometheus).
+e2e: prometheus istio ## End-to-end tests on the local world (real apiserver, etcd, controllers, Prometheus).
 	cd e2e && $(GO) test -count=1 -timeout $(E2E_TIMEOUT) -ldflags "$(K8S_LDFLAGS)" ./...
 
 .PHONY: demo-check
-demo-check: prometheus ## Run the demo non-interactively; fails unless it ends as expected.
+demo-check: prometheus istio ## Run the demo non-interactively; fails unless it ends as expected.
 	cd e2e && $(GO) run -ldflags "$(K8S_LDFLAGS)" ./cmd/demo --check
 
 .PHONY: test
 test: lint unit e2e demo-check ## Every tier: lint, unit, e2e, and the demo once.
 
 .PHONY: demo
-demo: prometheus ## Run the demo on the local world, then keep it up until Ctrl-C (DEMO_FLAGS=--check exits).
+demo: prometheus istio ## Run the demo on the local world, then keep it up until Ctrl-C (DEMO_FLAGS=--check exits).
 	cd e2e && $(GO) run -ldflags "$(K8S_LDFLAGS)" ./cmd/demo $(DEMO_FLAGS)

@@ -22,6 +22,8 @@ var controllers = []string{
 	"namespace-controller",
 	"garbage-collector-controller",
 	"serviceaccount-controller",
+	// istiod reads endpoints from EndpointSlices for EDS.
+	"endpointslice-controller",
 }
 
 // startControllerManager runs kube-controller-manager in-process against the

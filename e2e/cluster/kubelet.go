@@ -78,6 +78,15 @@ type ipRule struct {
 	next     func() (string, error)
 }
 
+type probeRule struct {
+	selector PodSelector
+	ready    func(*corev1.Pod) bool
+}
+
+// probePeriod is how often a probed pod's readiness is checked again, as a
+// readiness probe's periodSeconds.
+const probePeriod = 250 * time.Millisecond
+
 // KubeletOptions configure the fake kubelet.
 type KubeletOptions struct {
 	// Nodes is the number of fake nodes; pods are spread over them.
@@ -101,6 +110,7 @@ type Kubelet struct {
 	mu       sync.Mutex
 	faults   []faultRule
 	ipRules  []ipRule
+	probes   []probeRule
 	nextRule int
 	nextIP   uint32
 	nodes    []string
@@ -174,6 +184,31 @@ func (k *Kubelet) AssignIPs(namespace string, sel labels.Selector, next func() (
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.ipRules = append(k.ipRules, ipRule{selector: PodSelector{Namespace: namespace, Labels: sel}, next: next})
+}
+
+// Probe gives the pods of namespace that match sel a readiness probe: they
+// are Ready only while ready returns true, checked every probePeriod. The
+// mesh probes istiod pods this way, so a pod is Ready when its process
+// answers, as a real kubelet's probe of /ready decides.
+func (k *Kubelet) Probe(namespace string, sel labels.Selector, ready func(*corev1.Pod) bool) {
+	rule := probeRule{selector: PodSelector{Namespace: namespace, Labels: sel}, ready: ready}
+	k.mu.Lock()
+	k.probes = append(k.probes, rule)
+	k.mu.Unlock()
+	if k.lister != nil {
+		k.requeueMatching(rule.selector)
+	}
+}
+
+func (k *Kubelet) probeFor(pod *corev1.Pod) func(*corev1.Pod) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, r := range k.probes {
+		if r.selector.matches(pod) {
+			return r.ready
+		}
+	}
+	return nil
 }
 
 func (k *Kubelet) faultFor(pod *corev1.Pod) PodFault {
@@ -343,25 +378,27 @@ func (k *Kubelet) sync(ctx context.Context, key string) (time.Duration, error) {
 		}
 	}
 	fault := k.faultFor(pod)
-	want, err := k.runningStatus(pod, fault)
+	probe := k.probeFor(pod)
+	again := time.Duration(0)
+	switch {
+	case fault == CrashLoop:
+		again = crashLoopPeriod
+	case probe != nil:
+		again = probePeriod
+	}
+	want, err := k.runningStatus(pod, fault, probe)
 	if err != nil {
 		return 0, err
 	}
 	if statusEqual(&pod.Status, want) {
-		if fault == CrashLoop {
-			return crashLoopPeriod, nil
-		}
-		return 0, nil
+		return again, nil
 	}
 	updated := pod.DeepCopy()
 	updated.Status = *want
 	if _, err := k.client.CoreV1().Pods(ns).UpdateStatus(ctx, updated, metav1.UpdateOptions{}); err != nil {
 		return 0, err
 	}
-	if fault == CrashLoop {
-		return crashLoopPeriod, nil
-	}
-	return 0, nil
+	return again, nil
 }
 
 func (k *Kubelet) bind(ctx context.Context, pod *corev1.Pod) error {
@@ -382,7 +419,7 @@ func (k *Kubelet) bind(ctx context.Context, pod *corev1.Pod) error {
 
 // runningStatus is the status a kubelet reports for pod once its containers
 // have started, given the fault injected into it.
-func (k *Kubelet) runningStatus(pod *corev1.Pod, fault PodFault) (*corev1.PodStatus, error) {
+func (k *Kubelet) runningStatus(pod *corev1.Pod, fault PodFault, probe func(*corev1.Pod) bool) (*corev1.PodStatus, error) {
 	st := pod.Status.DeepCopy()
 	now := metav1.Now()
 	if st.PodIP == "" {
@@ -418,6 +455,12 @@ func (k *Kubelet) runningStatus(pod *corev1.Pod, fault PodFault) (*corev1.PodSta
 	}
 
 	ready := fault == 0
+	if ready && probe != nil {
+		// The probe sees the pod with its IP, as a kubelet probes it.
+		probed := pod.DeepCopy()
+		probed.Status.PodIP, probed.Status.PodIPs = st.PodIP, st.PodIPs
+		ready = probe(probed)
+	}
 	var prev map[string]corev1.ContainerStatus
 	if len(pod.Status.ContainerStatuses) > 0 {
 		prev = map[string]corev1.ContainerStatus{}

@@ -82,11 +82,11 @@ type replica struct {
 	http     *http.Server
 }
 
-// Istiod simulates the istiod of one revision. Every pod injected by that
+// SimIstiod simulates the istiod of one revision. Every pod injected by that
 // revision is connected to one of its replicas from the moment the pod runs
 // until it is deleted, and each replica reports only its own connections,
 // as in Istio.
-type Istiod struct {
+type SimIstiod struct {
 	rev           Revision
 	rootNamespace string
 	ports         Ports
@@ -105,38 +105,38 @@ type Istiod struct {
 	requests    map[string]int // syncz requests served, by replica
 }
 
-func newIstiod(rev Revision, rootNamespace string, ports Ports, auth *tokenAuthenticator, cert *servingCert, logf func(string, ...any)) *Istiod {
-	return &Istiod{
+func newIstiod(rev Revision, rootNamespace string, ports Ports, auth *tokenAuthenticator, cert *servingCert, logf func(string, ...any)) *SimIstiod {
+	return &SimIstiod{
 		rev: rev, rootNamespace: rootNamespace, ports: ports, auth: auth, cert: cert, logf: logf,
 		replicas: map[string]*replica{}, replicaIPs: map[string]string{}, proxies: map[string]*proxy{}, requests: map[string]int{},
 	}
 }
 
 // Revision is the revision this istiod serves.
-func (d *Istiod) Revision() Revision { return d.rev }
+func (d *SimIstiod) Revision() Revision { return d.rev }
 
 // SetProxyStatus makes the matching proxies report status on typeURL (every
 // subscribed type when typeURL is empty), for example STALE on RDS. It
 // returns a function that lifts the fault.
-func (d *Istiod) SetProxyStatus(namespace string, sel labels.Selector, typeURL string, status statusv3.ConfigStatus) (clear func()) {
+func (d *SimIstiod) SetProxyStatus(namespace string, sel labels.Selector, typeURL string, status statusv3.ConfigStatus) (clear func()) {
 	return d.addFault(proxyFault{namespace: namespace, selector: sel, typeURL: typeURL, status: status})
 }
 
 // Disconnect drops the matching proxies from every replica's view, as if
 // their xDS streams had closed, until the returned function is called.
-func (d *Istiod) Disconnect(namespace string, sel labels.Selector) (clear func()) {
+func (d *SimIstiod) Disconnect(namespace string, sel labels.Selector) (clear func()) {
 	return d.addFault(proxyFault{namespace: namespace, selector: sel, disconnect: true})
 }
 
 // SetSyncDelay makes newly connected proxies STALE for d before they report
 // SYNCED, the time a real first push and ACK take.
-func (d *Istiod) SetSyncDelay(delay time.Duration) {
+func (d *SimIstiod) SetSyncDelay(delay time.Duration) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.syncDelay = delay
 }
 
-func (d *Istiod) addFault(f proxyFault) func() {
+func (d *SimIstiod) addFault(f proxyFault) func() {
 	d.mu.Lock()
 	d.nextFault++
 	f.id = d.nextFault
@@ -155,7 +155,7 @@ func (d *Istiod) addFault(f proxyFault) func() {
 }
 
 // SetUnreachable closes (true) or reopens (false) every replica's ports.
-func (d *Istiod) SetUnreachable(unreachable bool) error {
+func (d *SimIstiod) SetUnreachable(unreachable bool) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.unreachable == unreachable {
@@ -178,7 +178,7 @@ func (d *Istiod) SetUnreachable(unreachable bool) error {
 }
 
 // ReplicaAddrs returns the IPs of the serving replicas, sorted.
-func (d *Istiod) ReplicaAddrs() []string {
+func (d *SimIstiod) ReplicaAddrs() []string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var ips []string
@@ -190,7 +190,7 @@ func (d *Istiod) ReplicaAddrs() []string {
 }
 
 // SynczRequests returns how many syncz requests the replicas have answered.
-func (d *Istiod) SynczRequests() int {
+func (d *SimIstiod) SynczRequests() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	n := 0
@@ -202,7 +202,7 @@ func (d *Istiod) SynczRequests() int {
 
 // ConnectedProxies returns the ids (pod.namespace) of the connected proxies,
 // sorted, faults included.
-func (d *Istiod) ConnectedProxies() []string {
+func (d *SimIstiod) ConnectedProxies() []string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var ids []string
@@ -216,7 +216,7 @@ func (d *Istiod) ConnectedProxies() []string {
 }
 
 // observeIstiodPod starts or stops the replica behind an istiod pod.
-func (d *Istiod) observeIstiodPod(pod *corev1.Pod, deleted bool) {
+func (d *SimIstiod) observeIstiodPod(pod *corev1.Pod, deleted bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	running := !deleted && pod.DeletionTimestamp == nil && pod.Status.Phase == corev1.PodRunning && pod.Status.PodIP != ""
@@ -238,7 +238,7 @@ func (d *Istiod) observeIstiodPod(pod *corev1.Pod, deleted bool) {
 }
 
 // observeProxyPod connects or disconnects the sidecar of an application pod.
-func (d *Istiod) observeProxyPod(pod *corev1.Pod, connected bool) {
+func (d *SimIstiod) observeProxyPod(pod *corev1.Pod, connected bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	id := pod.Name + "." + pod.Namespace
@@ -253,7 +253,7 @@ func (d *Istiod) observeProxyPod(pod *corev1.Pod, connected bool) {
 	d.proxies[id] = &proxy{pod: pod.Name, namespace: pod.Namespace, labels: pod.Labels, connectedAt: time.Now()}
 }
 
-func (d *Istiod) startReplicaLocked(pod, ip string) error {
+func (d *SimIstiod) startReplicaLocked(pod, ip string) error {
 	r := &replica{pod: pod, ip: ip}
 	listen := func(port int) (net.Listener, error) {
 		return net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(port)))
@@ -273,10 +273,10 @@ func (d *Istiod) startReplicaLocked(pod, ip string) error {
 		lText.Close()
 		return err
 	}
-	ads := &adsServer{istiod: d, replica: pod}
 	creds := credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{d.cert.tls}, MinVersion: tls.VersionTLS12})
 	r.grpcTLS = grpc.NewServer(grpc.Creds(creds))
 	r.grpcText = grpc.NewServer()
+	ads := &adsServer{istiod: d, replica: pod}
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(r.grpcTLS, ads)
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(r.grpcText, ads)
 	mux := http.NewServeMux()
@@ -296,7 +296,7 @@ func (r *replica) stop() {
 	_ = r.http.Close()
 }
 
-func (d *Istiod) stop() {
+func (d *SimIstiod) stop() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for name, r := range d.replicas {
@@ -305,7 +305,7 @@ func (d *Istiod) stop() {
 	}
 }
 
-func (d *Istiod) disconnectedLocked(p *proxy) bool {
+func (d *SimIstiod) disconnectedLocked(p *proxy) bool {
 	for _, f := range d.faults {
 		if f.disconnect && f.matches(p) {
 			return true
@@ -317,7 +317,7 @@ func (d *Istiod) disconnectedLocked(p *proxy) bool {
 // proxiesOfLocked returns the proxies whose stream the given replica holds,
 // visible to the caller. A proxy whose replica is gone reconnects to the
 // least loaded serving one, as Envoy does through the istiod Service.
-func (d *Istiod) proxiesOfLocked(replicaPod string, visible func(*proxy) bool) []*proxy {
+func (d *SimIstiod) proxiesOfLocked(replicaPod string, visible func(*proxy) bool) []*proxy {
 	load := map[string]int{}
 	for _, p := range d.proxies {
 		if _, ok := d.replicas[p.replica]; ok {
@@ -380,7 +380,7 @@ func (t typeState) status() statusv3.ConfigStatus {
 
 // stateLocked derives the nonces istiod would hold for p and typeURL from
 // the staged faults, so that both the gRPC and the HTTP answers agree.
-func (d *Istiod) stateLocked(p *proxy, typeURL string, now time.Time) typeState {
+func (d *SimIstiod) stateLocked(p *proxy, typeURL string, now time.Time) typeState {
 	want := statusv3.ConfigStatus_SYNCED
 	if !subscribed[typeURL] {
 		want = statusv3.ConfigStatus_NOT_SENT
@@ -407,7 +407,7 @@ func (d *Istiod) stateLocked(p *proxy, typeURL string, now time.Time) typeState 
 
 // visibleTo applies the access rule of Istio 1.28.7 and later: a caller
 // outside the root namespace sees only the proxies of its own namespace.
-func (d *Istiod) visibleTo(c caller) func(*proxy) bool {
+func (d *SimIstiod) visibleTo(c caller) func(*proxy) bool {
 	if c.Namespace == d.rootNamespace {
 		return func(*proxy) bool { return true }
 	}
@@ -415,7 +415,7 @@ func (d *Istiod) visibleTo(c caller) func(*proxy) bool {
 }
 
 // identifier is the ControlPlane.Identifier istiod puts in its responses.
-func (d *Istiod) identifier(replicaPod string) string {
+func (d *SimIstiod) identifier(replicaPod string) string {
 	raw, _ := json.Marshal(map[string]any{
 		"Component": "istiod",
 		"ID":        replicaPod,
@@ -442,7 +442,7 @@ type httpSyncStatus struct {
 	ExtensionConfigAcked string `json:"extensionconfig_acked,omitempty"`
 }
 
-func (d *Istiod) serveHTTPSyncz(replicaPod string) http.HandlerFunc {
+func (d *SimIstiod) serveHTTPSyncz(replicaPod string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		c, err := d.auth.authenticate(r.Context(), r.Header.Get("Authorization"))
 		if err != nil {

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"time"
 
+	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -17,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 )
@@ -39,20 +42,35 @@ type Revision struct {
 	// InjectionPolicy is "enabled" (default) or "disabled", under which only
 	// pods asking with sidecar.istio.io/inject: "true" are injected.
 	InjectionPolicy string
-	// Default also installs the istio-injection=enabled webhooks.
+	// Default also installs the istio-injection=enabled webhooks (the
+	// real istiod's "default" revision tag).
 	Default bool
+	// Env is extra environment for istiod, for example
+	// XDS_AUTH_PLAINTEXT=true, without which istiod answers no debug
+	// request on its plaintext port.
+	Env map[string]string
 }
 
-// PodIPAssigner lets the mesh choose the IPs of its istiod pods. The fake
-// kubelet implements it.
+// PodIPAssigner lets the mesh choose the IPs of its istiod pods and probe
+// their readiness. The fake kubelet implements it.
 type PodIPAssigner interface {
 	AssignIPs(namespace string, sel labels.Selector, next func() (string, error))
+	Probe(namespace string, sel labels.Selector, ready func(*corev1.Pod) bool)
 }
 
-// Options configure the simulated mesh.
+// Options configure the mesh.
 type Options struct {
 	Client kubernetes.Interface
+	// Config is the cluster's administrator configuration; the real istiod
+	// needs it for the apiserver's address and certificate.
+	Config *rest.Config
 	IPs    PodIPAssigner
+	// Istio runs Istio's real istiod and injector from these artifacts;
+	// nil runs the simulator instead.
+	Istio *IstioArtifacts
+	// Dir holds the istiod processes' files; empty means a temporary
+	// directory, removed on Stop.
+	Dir string
 	// Revisions to install.
 	Revisions []Revision
 	// Tags maps revision tags to the revision they point at.
@@ -69,10 +87,38 @@ type Options struct {
 	Logf func(string, ...any)
 }
 
-// Mesh is the running simulation.
+// Istiod is the istiod of one revision, real or simulated, with the faults
+// scenarios stage on it.
+type Istiod interface {
+	// Revision is the revision it serves.
+	Revision() Revision
+	// ReplicaAddrs returns the IPs of the serving replicas, sorted.
+	ReplicaAddrs() []string
+	// SetProxyStatus makes the matching proxies report status on typeURL
+	// (every type a sidecar subscribes to when empty). It returns a function
+	// that lifts the fault.
+	SetProxyStatus(namespace string, sel labels.Selector, typeURL string, status statusv3.ConfigStatus) (clear func())
+	// Disconnect drops the matching proxies' streams until the returned
+	// function is called.
+	Disconnect(namespace string, sel labels.Selector) (clear func())
+	// SetSyncDelay delays the proxies' acknowledgements by d.
+	SetSyncDelay(d time.Duration)
+	// SetUnreachable makes every replica stop (true) or resume (false)
+	// answering.
+	SetUnreachable(bool) error
+	// ConnectedProxies returns the ids (pod.namespace) of the connected
+	// proxies, sorted.
+	ConnectedProxies() []string
+}
+
+// Mesh is the running mesh.
 type Mesh struct {
 	opts     Options
 	client   kubernetes.Interface
+	istio    *IstioArtifacts
+	dir      string
+	ownDir   bool
+	apply    *applier
 	host     string // loopback address for the webhook and exporter
 	netPref  string // 127.a.b. prefix for istiod replicas
 	injector *injector
@@ -84,7 +130,8 @@ type Mesh struct {
 	cancel   context.CancelFunc
 
 	mu      sync.Mutex
-	istiods map[string]*Istiod
+	istiods map[string]Istiod
+	tags    map[string]string // tag -> revision, for the real chart's renders
 	nextIP  int
 }
 
@@ -109,7 +156,8 @@ func Start(ctx context.Context, opts Options) (_ *Mesh, err error) {
 	m := &Mesh{
 		opts: opts, client: opts.Client, host: prefix + "1", netPref: prefix,
 		meshV1: newMeshV1(), auth: newTokenAuthenticator(opts.Client),
-		istiods: map[string]*Istiod{}, nextIP: 10,
+		istiods: map[string]Istiod{}, tags: map[string]string{}, nextIP: 10,
+		istio: opts.Istio, dir: opts.Dir,
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	m.cancel = cancel
@@ -119,6 +167,17 @@ func Start(ctx context.Context, opts Options) (_ *Mesh, err error) {
 		}
 	}()
 
+	if m.istio != nil {
+		if m.dir == "" {
+			if m.dir, err = os.MkdirTemp("", "meshwave-istio-"); err != nil {
+				return nil, err
+			}
+			m.ownDir = true
+		}
+		if m.apply, err = newApplier(opts.Config); err != nil {
+			return nil, err
+		}
+	}
 	m.cert, err = newServingCert(net.ParseIP(prefix + "0"))
 	if err != nil {
 		return nil, err
@@ -146,6 +205,15 @@ func Start(ctx context.Context, opts Options) (_ *Mesh, err error) {
 	if err := m.ensureNamespace(ctx, opts.RootNamespace, nil); err != nil {
 		return nil, err
 	}
+	if m.istio != nil {
+		crds, err := istioCRDs(*m.istio)
+		if err != nil {
+			return nil, err
+		}
+		if err := m.apply.apply(ctx, crds); err != nil {
+			return nil, fmt.Errorf("Istio's CRDs: %w", err)
+		}
+	}
 	if opts.MeshV1 {
 		if err := m.meshV1.register(ctx, m.client, m.injector.url, m.injector.caBundle); err != nil {
 			return nil, err
@@ -170,10 +238,18 @@ func (m *Mesh) Stop() {
 		m.cancel()
 	}
 	m.mu.Lock()
-	for _, d := range m.istiods {
-		d.stop()
-	}
+	istiods := m.istiods
+	m.istiods = map[string]Istiod{}
 	m.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, d := range istiods {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d.(interface{ stop() }).stop()
+		}()
+	}
+	wg.Wait()
 	if m.injector != nil {
 		m.injector.stop()
 	}
@@ -185,13 +261,26 @@ func (m *Mesh) Stop() {
 	if m.factory != nil {
 		m.factory.Shutdown()
 	}
+	if m.ownDir {
+		_ = os.RemoveAll(m.dir)
+	}
 }
 
-// Istiod returns the simulated istiod of a revision, or nil.
-func (m *Mesh) Istiod(rev string) *Istiod {
+// Real reports whether the mesh runs Istio's real istiod.
+func (m *Mesh) Real() bool { return m.istio != nil }
+
+// Istiod returns the istiod of a revision, or nil.
+func (m *Mesh) Istiod(rev string) Istiod {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.istiods[rev]
+}
+
+// SimIstiod returns the simulated istiod of a revision, or nil when the
+// revision runs the real one.
+func (m *Mesh) SimIstiod(rev string) *SimIstiod {
+	d, _ := m.Istiod(rev).(*SimIstiod)
+	return d
 }
 
 // Traffic returns the request-metrics exporter.
@@ -218,6 +307,9 @@ func (m *Mesh) InstallRevision(ctx context.Context, rev Revision) error {
 	}
 	if rev.InjectionPolicy == "" {
 		rev.InjectionPolicy = PolicyEnabled
+	}
+	if m.istio != nil {
+		return m.installRealRevision(ctx, rev)
 	}
 	d := newIstiod(rev, m.opts.RootNamespace, m.opts.Ports, m.auth, m.cert, m.opts.Logf)
 	m.mu.Lock()
@@ -272,6 +364,9 @@ func (m *Mesh) InstallRevision(ctx context.Context, rev Revision) error {
 
 // SetTag points revision tag at rev, creating or moving it.
 func (m *Mesh) SetTag(ctx context.Context, tag, rev string) error {
+	if m.istio != nil {
+		return m.setRealTag(ctx, tag, rev, rev)
+	}
 	return m.setTag(ctx, tag, rev, rev)
 }
 
@@ -279,6 +374,9 @@ func (m *Mesh) SetTag(ctx context.Context, tag, rev string) error {
 // but its webhooks call the injector of injectRev, as a tag repointed by
 // hand half-way would. Pods it injects carry injectRev in their status.
 func (m *Mesh) MisrouteTag(ctx context.Context, tag, rev, injectRev string) error {
+	if m.istio != nil {
+		return m.setRealTag(ctx, tag, rev, injectRev)
+	}
 	return m.setTag(ctx, tag, rev, injectRev)
 }
 
@@ -338,9 +436,9 @@ func (m *Mesh) observePod(obj any, deleted bool) {
 		}
 	}
 	m.mu.Lock()
-	istiods := make(map[string]*Istiod, len(m.istiods))
+	istiods := make(map[string]podObserver, len(m.istiods))
 	for k, v := range m.istiods {
-		istiods[k] = v
+		istiods[k] = v.(podObserver)
 	}
 	m.mu.Unlock()
 
@@ -358,4 +456,10 @@ func (m *Mesh) observePod(obj any, deleted bool) {
 	for name, d := range istiods {
 		d.observeProxyPod(pod, running && name == st.Revision)
 	}
+}
+
+// podObserver is what both istiods do with pod events.
+type podObserver interface {
+	observeIstiodPod(pod *corev1.Pod, deleted bool)
+	observeProxyPod(pod *corev1.Pod, connected bool)
 }

@@ -22,7 +22,7 @@ import (
 // simulated from pod state rather than from real Envoy streams.
 type adsServer struct {
 	discoveryv3.UnimplementedAggregatedDiscoveryServiceServer
-	istiod  *Istiod
+	istiod  *SimIstiod
 	replica string
 }
 

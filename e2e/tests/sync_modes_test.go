@@ -37,7 +37,7 @@ func TestTheSyncGateSpeaksEveryTransport(t *testing.T) {
 			f.Given().Namespace(tc.ns, map[string]string{mesh.LabelRev: "1-25"}, nil).Deployment(tc.ns, "app").RolledOut(tc.ns)
 			cfg := testConfig(f)
 			cfg.Gates.Sync.Mode, cfg.Gates.Sync.Port, cfg.Gates.Sync.Plaintext = tc.mode, tc.port, tc.plaintext
-			before := f.World.Mesh.Istiod("1-26").SynczRequests()
+			before := f.World.Mesh.SimIstiod("1-26").SynczRequests()
 			optIn(f, tc.ns, "1-26", 10)
 			a := startAgent(t, f, cfg, newAPICounter(), "agent-"+tc.ns)
 			st := waitForPhase(f, tc.ns, canary.PhaseCompleted, time.Minute)
@@ -45,7 +45,7 @@ func TestTheSyncGateSpeaksEveryTransport(t *testing.T) {
 			sync, ok := verdictOf(st, "xds-sync")
 			require.True(t, ok)
 			assert.Equal(t, "2 of 2 proxies SYNCED with istiod 1-26", sync.Reason)
-			assert.Greater(t, f.World.Mesh.Istiod("1-26").SynczRequests(), before, "istiod answered syncz")
+			assert.Greater(t, f.World.Mesh.SimIstiod("1-26").SynczRequests(), before, "istiod answered syncz")
 		})
 	}
 }

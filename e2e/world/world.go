@@ -30,6 +30,9 @@ type Options struct {
 	RequestRate float64
 	// NoPrometheus skips Prometheus, for scenarios that need none.
 	NoPrometheus bool
+	// RealIstiod runs Istio's real istiod and injector (built by `make
+	// istio`) instead of the project's simulator.
+	RealIstiod bool
 	// Dir keeps the world's files; empty means temporary.
 	Dir string
 	// Logf receives diagnostics; nil discards them.
@@ -77,8 +80,23 @@ func Start(ctx context.Context, opts Options) (_ *World, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("control plane: %w", err)
 	}
+	var istio *mesh.IstioArtifacts
+	if opts.RealIstiod {
+		a, err := mesh.FindIstioArtifacts()
+		if err != nil {
+			return nil, err
+		}
+		istio = &a
+	}
+	mdir := ""
+	if opts.Dir != "" {
+		mdir = opts.Dir + "/istio"
+	}
 	w.Mesh, err = mesh.Start(ctx, mesh.Options{
 		Client:      w.Cluster.Client,
+		Config:      w.Cluster.Config,
+		Istio:       istio,
+		Dir:         mdir,
 		IPs:         w.Cluster.Kubelet,
 		Revisions:   opts.Revisions,
 		Tags:        opts.Tags,

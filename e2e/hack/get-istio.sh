@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Builds Istio's real control plane for the local world into e2e/.cache/istio:
+#   pilot-discovery  istiod, from istio.io/istio at the version e2e/istio/go.mod pins
+#   helm             from hack/tools, to render Istio's own charts
+#   charts/          istio-discovery and base, copied from that istio.io/istio
+# Go's build cache makes a second run a check of seconds: `go build -o` links
+# again only when something changed.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+out="$root/e2e/.cache/istio"
+mkdir -p "$out"
+
+cd "$root/e2e/istio"
+go mod download istio.io/istio
+version=$(go list -m -f '{{.Version}}' istio.io/istio)
+src=$(go list -m -f '{{.Dir}}' istio.io/istio)
+# Without a stamped version istiod reports "unknown".
+go build -o "$out/pilot-discovery" \
+  -ldflags "-X istio.io/istio/pkg/version.buildVersion=$(cat "$src/VERSION")-dev -X istio.io/istio/pkg/version.buildGitRevision=$version -X istio.io/istio/pkg/version.buildStatus=Clean" \
+  istio.io/istio/pilot/cmd/pilot-discovery
+
+cd "$root/hack/tools"
+go build -o "$out/helm" helm.sh/helm/v3/cmd/helm
+
+if [ "$(cat "$out/charts/.version" 2>/dev/null)" != "$version" ]; then
+  rm -rf "$out/charts"
+  mkdir -p "$out/charts"
+  cp -R "$src/manifests/charts/istio-control/istio-discovery" "$src/manifests/charts/base" "$out/charts/"
+  chmod -R u+w "$out/charts"
+  echo "$version" > "$out/charts/.version"
+  echo "$(cat "$src/VERSION")-dev" > "$out/charts/.istio-version"
+fi
