@@ -102,7 +102,7 @@ func New(opts Options) (*Controller, error) {
 		if deps.Istiods == nil {
 			deps.Istiods = c.caches.Istiods(opts.Config.RootNamespace)
 		}
-		gates, err := opts.Config.Gates.BuildGates(deps)
+		gates, err := opts.Config.Gates.BuildGates(opts.Config.RootNamespace, deps)
 		if err != nil {
 			return nil, err
 		}

@@ -213,12 +213,16 @@ type GateDeps struct {
 	Sync analysis.SyncSource
 	// Prometheus answers PromQL; default from Gates.Metrics.Prometheus.
 	Prometheus analysis.Querier
+	// PodName and PodIP are the agent's own pod, which the gRPC sync
+	// client names in its node ID; the chart sets them from the downward
+	// API as POD_NAME and POD_IP.
+	PodName, PodIP string
 }
 
 // BuildGates returns the chain builder for a wave: rollout, injection,
 // xDS sync, then each metric check. A rollback is checked by the rollout
 // and injection gates only: the pods must be back on the source.
-func (g Gates) BuildGates(deps GateDeps) (func(canary.WaveUnderTest) analysis.Chain, error) {
+func (g Gates) BuildGates(rootNamespace string, deps GateDeps) (func(canary.WaveUnderTest) analysis.Chain, error) {
 	forward := analysis.Chain{analysis.RolloutGate{}, analysis.InjectionGate{}}
 	if g.Sync.Enabled {
 		src := deps.Sync
@@ -226,7 +230,8 @@ func (g Gates) BuildGates(deps GateDeps) (func(canary.WaveUnderTest) analysis.Ch
 			if g.Sync.Mode == "http" {
 				src = analysis.HTTPSyncz{Port: g.Sync.Port, TokenFile: g.Sync.TokenFile}
 			} else {
-				src = analysis.GRPCSyncz{Port: g.Sync.Port, Plaintext: g.Sync.Plaintext, TokenFile: g.Sync.TokenFile, CAFile: g.Sync.CAFile, Timeout: g.Sync.RequestTimeout.D()}
+				src = analysis.GRPCSyncz{Port: g.Sync.Port, Plaintext: g.Sync.Plaintext, TokenFile: g.Sync.TokenFile, CAFile: g.Sync.CAFile,
+					RootNamespace: rootNamespace, PodName: deps.PodName, PodIP: deps.PodIP, Timeout: g.Sync.RequestTimeout.D()}
 			}
 		}
 		if deps.Istiods == nil {

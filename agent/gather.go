@@ -201,7 +201,7 @@ func (c *Caches) Istiods(rootNamespace string) func(string) []analysis.Istiod {
 		var out []analysis.Istiod
 		for _, p := range pods {
 			if p.DeletionTimestamp == nil && p.Status.PodIP != "" && podOf(p).Ready {
-				out = append(out, analysis.Istiod{Pod: p.Name, IP: p.Status.PodIP})
+				out = append(out, analysis.Istiod{Pod: p.Name, IP: p.Status.PodIP, Revision: rev})
 			}
 		}
 		sort.Slice(out, func(i, j int) bool { return out[i].Pod < out[j].Pod })

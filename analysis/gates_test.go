@@ -102,8 +102,8 @@ func TestInjectionGate(t *testing.T) {
 
 type fakeSource map[string][]ProxySync // by IP; a missing IP is unreachable
 
-func (f fakeSource) Syncz(_ context.Context, ip, _ string) ([]ProxySync, error) {
-	ps, ok := f[ip]
+func (f fakeSource) Syncz(_ context.Context, d Istiod, _ string) ([]ProxySync, error) {
+	ps, ok := f[d.IP]
 	if !ok {
 		return nil, errors.New("connection refused")
 	}

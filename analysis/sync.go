@@ -21,6 +21,8 @@ const GateSync = "xds-sync"
 type Istiod struct {
 	Pod string
 	IP  string
+	// Revision is the revision it serves.
+	Revision string
 }
 
 // SyncGate asks what istioctl proxy-status --revision asks: every Ready
@@ -136,7 +138,7 @@ func (g SyncGate) ask(ctx context.Context, istiods []Istiod, namespace string, w
 	found := map[string]foundProxy{}
 	var unreachable []string
 	for _, d := range istiods {
-		proxies, err := g.Source.Syncz(ctx, d.IP, namespace)
+		proxies, err := g.Source.Syncz(ctx, d, namespace)
 		if err != nil {
 			unreachable = append(unreachable, fmt.Sprintf("%s (%s) did not answer: %v", d.Pod, d.IP, err))
 			continue

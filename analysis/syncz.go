@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,6 +22,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // xDS type URLs, and the short names istioctl shows.
@@ -53,22 +55,44 @@ type ProxySync struct {
 // connected to it, in namespace (or every namespace when empty, where the
 // source supports filtering).
 type SyncSource interface {
-	Syncz(ctx context.Context, ip, namespace string) ([]ProxySync, error)
+	Syncz(ctx context.Context, istiod Istiod, namespace string) ([]ProxySync, error)
 }
 
 // GRPCSyncz asks istiod the way istioctl proxy-status does: an xDS
 // DiscoveryRequest for istio.io/debug/syncz, over TLS on 15012 (or
 // plaintext on 15010), with a service-account token of audience istio-ca.
+//
+// istiod parses the requester's node like any proxy's, and refuses the
+// request unless:
+//   - the node ID has the form type~ip~id~domain with a type it knows
+//     (sidecar, router, waypoint, ztunnel): "InvalidArgument: missing parts
+//     in the service node" otherwise;
+//   - the node metadata's NAMESPACE, and SERVICE_ACCOUNT when present, match
+//     the identity the token proves: "PermissionDenied: authorization
+//     failed: no identities matched" otherwise.
+//
+// So the client names itself from its own token: the namespace and service
+// account in the token's claims go into the node ID and metadata. It sends
+// no PROXY_CONFIG, so istiod does not list it among the proxies.
 type GRPCSyncz struct {
 	Port int
-	// Plaintext dials without TLS, for port 15010.
+	// Plaintext dials without TLS, for port 15010. istiod answers debug
+	// requests there only when it runs with XDS_AUTH_PLAINTEXT=true, and
+	// then still wants the token.
 	Plaintext bool
 	// TokenFile holds the bearer token; it is read on every call, because a
 	// projected token rotates.
 	TokenFile string
-	// CAFile verifies istiod's certificate; empty skips the verification,
+	// CAFile verifies istiod's certificate against the revision's service
+	// name, istiod-<rev>.<RootNamespace>.svc; empty skips the verification,
 	// as istioctl does.
 	CAFile string
+	// RootNamespace is where istiod runs; default istio-system.
+	RootNamespace string
+	// PodName and PodIP name the requester in its node ID (the agent's own
+	// pod); defaults "meshwave" and 127.0.0.1. istiod only checks that the
+	// IP is one.
+	PodName, PodIP string
 	// Timeout bounds one call.
 	Timeout time.Duration
 }
@@ -95,34 +119,117 @@ func readToken(path string) (string, error) {
 	return strings.TrimSpace(string(raw)), nil
 }
 
+// tokenIdentity is the service account a Kubernetes token was issued to.
+type tokenIdentity struct {
+	Namespace, ServiceAccount string
+}
+
+// identityOf reads, without verifying it (istiod does that), the service
+// account a Kubernetes service-account JWT names in its subject,
+// system:serviceaccount:<namespace>:<name>.
+func identityOf(token string) (tokenIdentity, error) {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return tokenIdentity{}, errors.New("the token is not a JWT (want header.payload.signature)")
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(parts[1], "="))
+	if err != nil {
+		return tokenIdentity{}, fmt.Errorf("the token's payload is not base64url: %w", err)
+	}
+	var claims struct {
+		Subject string `json:"sub"`
+	}
+	if err := json.Unmarshal(raw, &claims); err != nil {
+		return tokenIdentity{}, fmt.Errorf("the token's payload is not JSON: %w", err)
+	}
+	f := strings.Split(claims.Subject, ":")
+	if len(f) != 4 || f[0] != "system" || f[1] != "serviceaccount" || f[2] == "" || f[3] == "" {
+		return tokenIdentity{}, fmt.Errorf("the token's subject %q is not a service account (system:serviceaccount:<namespace>:<name>)", claims.Subject)
+	}
+	return tokenIdentity{Namespace: f[2], ServiceAccount: f[3]}, nil
+}
+
+// node is how the requester presents itself to istiod: a sidecar-shaped
+// node ID in the token's namespace, and metadata naming that namespace and
+// service account.
+func (g GRPCSyncz) node(id tokenIdentity) (*corev3.Node, error) {
+	name, ip := g.PodName, g.PodIP
+	if name == "" {
+		name = "meshwave"
+	}
+	if ip == "" {
+		ip = "127.0.0.1"
+	}
+	if net.ParseIP(ip) == nil {
+		return nil, fmt.Errorf("pod IP %q is not an IP address", ip)
+	}
+	meta, err := structpb.NewStruct(map[string]any{
+		"NAMESPACE":       id.Namespace,
+		"SERVICE_ACCOUNT": id.ServiceAccount,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &corev3.Node{
+		Id:       fmt.Sprintf("sidecar~%s~%s.%s~%s.svc.cluster.local", ip, name, id.Namespace, id.Namespace),
+		Metadata: meta,
+	}, nil
+}
+
+// ServerName is the name istiod's serving certificate carries for a
+// revision: istiod-<rev>.<root>.svc, or istiod.<root>.svc for the default
+// revision.
+func ServerName(revision, rootNamespace string) string {
+	if rootNamespace == "" {
+		rootNamespace = "istio-system"
+	}
+	if revision == "" || revision == "default" {
+		return "istiod." + rootNamespace + ".svc"
+	}
+	return "istiod-" + revision + "." + rootNamespace + ".svc"
+}
+
+func (g GRPCSyncz) transport(revision string) (credentials.TransportCredentials, error) {
+	if g.Plaintext {
+		return insecure.NewCredentials(), nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if g.CAFile == "" {
+		cfg.InsecureSkipVerify = true //nolint:gosec // istioctl proxy-status does not verify istiod either
+		return credentials.NewTLS(cfg), nil
+	}
+	pem, err := os.ReadFile(g.CAFile)
+	if err != nil {
+		return nil, fmt.Errorf("read CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("no certificate in %s", g.CAFile)
+	}
+	cfg.RootCAs = pool
+	cfg.ServerName = ServerName(revision, g.RootNamespace)
+	return credentials.NewTLS(cfg), nil
+}
+
 // Syncz implements SyncSource.
-func (g GRPCSyncz) Syncz(ctx context.Context, ip, _ string) ([]ProxySync, error) {
+func (g GRPCSyncz) Syncz(ctx context.Context, istiod Istiod, _ string) ([]ProxySync, error) {
 	token, err := readToken(g.TokenFile)
 	if err != nil {
 		return nil, err
 	}
-	var creds credentials.TransportCredentials
-	if g.Plaintext {
-		creds = insecure.NewCredentials()
-	} else {
-		cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-		if g.CAFile != "" {
-			pem, err := os.ReadFile(g.CAFile)
-			if err != nil {
-				return nil, fmt.Errorf("read CA: %w", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("no certificate in %s", g.CAFile)
-			}
-			cfg.RootCAs = pool
-			cfg.ServerName = "istiod.istio-system.svc"
-		} else {
-			cfg.InsecureSkipVerify = true //nolint:gosec // istioctl proxy-status does not verify istiod either
-		}
-		creds = credentials.NewTLS(cfg)
+	id, err := identityOf(token)
+	if err != nil {
+		return nil, fmt.Errorf("token %s: %w", g.TokenFile, err)
 	}
-	conn, err := grpc.NewClient(net.JoinHostPort(ip, strconv.Itoa(g.Port)),
+	node, err := g.node(id)
+	if err != nil {
+		return nil, err
+	}
+	creds, err := g.transport(istiod.Revision)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := grpc.NewClient(net.JoinHostPort(istiod.IP, strconv.Itoa(g.Port)),
 		grpc.WithTransportCredentials(creds),
 		grpc.WithPerRPCCredentials(bearer{token: token, secure: !g.Plaintext}))
 	if err != nil {
@@ -138,7 +245,7 @@ func (g GRPCSyncz) Syncz(ctx context.Context, ip, _ string) ([]ProxySync, error)
 	if err != nil {
 		return nil, err
 	}
-	if err := stream.Send(&discoveryv3.DiscoveryRequest{TypeUrl: TypeDebugSyncz, Node: &corev3.Node{Id: "meshwave"}}); err != nil {
+	if err := stream.Send(&discoveryv3.DiscoveryRequest{TypeUrl: TypeDebugSyncz, Node: node}); err != nil {
 		return nil, err
 	}
 	resp, err := stream.Recv()
@@ -197,12 +304,12 @@ func nonceStatus(sent, acked string) statusv3.ConfigStatus {
 }
 
 // Syncz implements SyncSource.
-func (h HTTPSyncz) Syncz(ctx context.Context, ip, namespace string) ([]ProxySync, error) {
+func (h HTTPSyncz) Syncz(ctx context.Context, istiod Istiod, namespace string) ([]ProxySync, error) {
 	token, err := readToken(h.TokenFile)
 	if err != nil {
 		return nil, err
 	}
-	u := url.URL{Scheme: "http", Host: net.JoinHostPort(ip, strconv.Itoa(h.Port)), Path: "/debug/syncz"}
+	u := url.URL{Scheme: "http", Host: net.JoinHostPort(istiod.IP, strconv.Itoa(h.Port)), Path: "/debug/syncz"}
 	if namespace != "" {
 		u.RawQuery = url.Values{"namespace": {namespace}}.Encode()
 	}

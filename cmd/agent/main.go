@@ -131,7 +131,10 @@ func runCommand(ctx context.Context, args []string) error {
 		defer cancel()
 		_ = shutdownTraces(sctx)
 	}()
-	ctrl, err := agent.New(agent.Options{Client: client, Config: cfg, Registerer: reg, TracerProvider: tp})
+	// The chart passes the pod's name and IP from the downward API; the
+	// sync client names itself with them when it asks istiod.
+	deps := agent.GateDeps{PodName: os.Getenv("POD_NAME"), PodIP: os.Getenv("POD_IP")}
+	ctrl, err := agent.New(agent.Options{Client: client, Config: cfg, GateDeps: deps, Registerer: reg, TracerProvider: tp})
 	if err != nil {
 		return err
 	}

@@ -31,10 +31,10 @@ const (
 	TypeDebugSyncz = "istio.io/debug/syncz"
 )
 
-// syncTypes are the types istiod computes a status for. A sidecar
-// subscribes to the first four; ECDS stays NOT_SENT unless a WasmPlugin or
-// similar asks for it, which this simulation never does.
-var syncTypes = []string{TypeLDS, TypeRDS, TypeEDS, TypeCDS, TypeECDS}
+// syncTypes are the types a sidecar subscribes to, for which istiod reports
+// a status. A type a proxy never subscribed to (ECDS, here) is left out of
+// syncz, as the real istiod does.
+var syncTypes = []string{TypeLDS, TypeRDS, TypeEDS, TypeCDS}
 
 var subscribed = map[string]bool{TypeLDS: true, TypeRDS: true, TypeEDS: true, TypeCDS: true}
 
@@ -276,9 +276,8 @@ func (d *SimIstiod) startReplicaLocked(pod, ip string) error {
 	creds := credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{d.cert.tls}, MinVersion: tls.VersionTLS12})
 	r.grpcTLS = grpc.NewServer(grpc.Creds(creds))
 	r.grpcText = grpc.NewServer()
-	ads := &adsServer{istiod: d, replica: pod}
-	discoveryv3.RegisterAggregatedDiscoveryServiceServer(r.grpcTLS, ads)
-	discoveryv3.RegisterAggregatedDiscoveryServiceServer(r.grpcText, ads)
+	discoveryv3.RegisterAggregatedDiscoveryServiceServer(r.grpcTLS, &adsServer{istiod: d, replica: pod})
+	discoveryv3.RegisterAggregatedDiscoveryServiceServer(r.grpcText, &adsServer{istiod: d, replica: pod, plaintext: true})
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/syncz", d.serveHTTPSyncz(pod))
 	mux.HandleFunc("/ready", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })

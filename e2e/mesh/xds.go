@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"strconv"
+	"strings"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -24,10 +25,16 @@ type adsServer struct {
 	discoveryv3.UnimplementedAggregatedDiscoveryServiceServer
 	istiod  *SimIstiod
 	replica string
+	// plaintext serves 15010, where istiod authenticates debug requests
+	// only with XDS_AUTH_PLAINTEXT=true.
+	plaintext bool
 }
 
 func (s *adsServer) StreamAggregatedResources(stream discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
 	ctx := stream.Context()
+	if s.plaintext && s.istiod.rev.Env["XDS_AUTH_PLAINTEXT"] != "true" {
+		return status.Error(codes.Unauthenticated, "authentication required")
+	}
 	// Debug types need a verified identity on every port since 1.27.8: a
 	// service-account token with the istio-ca audience.
 	var header string
@@ -43,6 +50,7 @@ func (s *adsServer) StreamAggregatedResources(stream discoveryv3.AggregatedDisco
 	if err != nil {
 		return status.Error(codes.Unavailable, err.Error())
 	}
+	first := true
 	for {
 		req, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -50,6 +58,12 @@ func (s *adsServer) StreamAggregatedResources(stream discoveryv3.AggregatedDisco
 		}
 		if err != nil {
 			return err
+		}
+		if first {
+			first = false
+			if err := checkNode(req.GetNode(), c); err != nil {
+				return err
+			}
 		}
 		if req.GetTypeUrl() != TypeDebugSyncz {
 			return status.Errorf(codes.InvalidArgument, "the simulated istiod serves only %s, not %s", TypeDebugSyncz, req.GetTypeUrl())
@@ -62,6 +76,27 @@ func (s *adsServer) StreamAggregatedResources(stream discoveryv3.AggregatedDisco
 			return err
 		}
 	}
+}
+
+// checkNode refuses a requester the way istiod does: a node ID that is not
+// type~ip~id~domain of a known type, or metadata whose NAMESPACE or
+// SERVICE_ACCOUNT is not the token's.
+func checkNode(n *corev3.Node, c caller) error {
+	parts := strings.Split(n.GetId(), "~")
+	if len(parts) != 4 {
+		return status.Errorf(codes.InvalidArgument, "missing parts in the service node %q", n.GetId())
+	}
+	switch parts[0] {
+	case "sidecar", "router", "waypoint", "ztunnel":
+	default:
+		return status.Errorf(codes.InvalidArgument, "invalid node type (valid types: [sidecar router waypoint ztunnel]) in the service node %q", n.GetId())
+	}
+	meta := n.GetMetadata().GetFields()
+	ns, sa := meta["NAMESPACE"].GetStringValue(), meta["SERVICE_ACCOUNT"].GetStringValue()
+	if (ns != "" && ns != c.Namespace) || (sa != "" && sa != c.ServiceAccount) {
+		return status.Errorf(codes.PermissionDenied, "authorization failed: no identities ([spiffe://cluster.local/ns/%s/sa/%s]) matched %s/%s", c.Namespace, c.ServiceAccount, ns, sa)
+	}
+	return nil
 }
 
 // syncz builds the answer istiod's status generator gives: one

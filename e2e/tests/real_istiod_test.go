@@ -4,23 +4,54 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
 	"testing"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/structpb"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/meshwave/meshwave/analysis"
 	"github.com/meshwave/meshwave/e2e/fixture"
 	"github.com/meshwave/meshwave/e2e/mesh"
 	"github.com/meshwave/meshwave/e2e/world"
 )
+
+// rootCAFile writes the root certificate istiod publishes in the root
+// namespace, for clients that verify istiod.
+func rootCAFile(f *fixture.Fixture) string {
+	f.T.Helper()
+	var pem string
+	f.Eventually("istio-ca-root-cert in the root namespace", func() (bool, string) {
+		cm, err := f.Client.CoreV1().ConfigMaps(f.World.Mesh.RootNamespace()).Get(f.Ctx, "istio-ca-root-cert", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		pem = cm.Data["root-cert.pem"]
+		return pem != "", "empty"
+	})
+	path := filepath.Join(f.T.TempDir(), "root-cert.pem")
+	require.NoError(f.T, os.WriteFile(path, []byte(pem), 0o600))
+	return path
+}
+
+func tokenFile(f *fixture.Fixture, token string) string {
+	f.T.Helper()
+	path := filepath.Join(f.T.TempDir(), "istio-token")
+	require.NoError(f.T, os.WriteFile(path, []byte(token), 0o600))
+	return path
+}
 
 // rawSyncz sends one syncz request with the given node, the way meshwave's
 // client did before it named itself, and returns istiod's error.
@@ -43,19 +74,59 @@ func rawSyncz(ctx context.Context, addr, token string, node *corev3.Node) error 
 	return err
 }
 
-// TestTheRealIstiodRefusesADebugRequestThatDoesNotNameItsRequester runs
-// Istio's own istiod for the revisions of the world, injecting pods and
-// answering their simulated proxies, and records what it says to syncz
-// requests whose node does not name the requester the way it expects: the
-// bare node ID meshwave's sync client sends today is refused.
-func TestTheRealIstiodRefusesADebugRequestThatDoesNotNameItsRequester(t *testing.T) {
+// TestTheSyncClientIsAnsweredByTheRealIstiod asks Istio's own istiod with
+// meshwave's gRPC sync client, over TLS verified against istiod's root
+// certificate and the revision's service name, with a token of the agent's
+// service account in the root namespace. istiod lists every proxy of the
+// revision SYNCED. The requests meshwave sent before it named itself are
+// refused, each with istiod's own words.
+func TestTheSyncClientIsAnsweredByTheRealIstiod(t *testing.T) {
 	f := fixture.New(t, world.Options{NoPrometheus: true, RealIstiod: true})
 	const ns = "ident"
 	f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-26"}, nil).
-		Deployment(ns, "app").RolledOut(ns).
+		Deployment(ns, "app").Deployment(ns, "db", fixture.Replicas(1)).RolledOut(ns).
 		Then().PodsOnRevision(ns, "app", "1-26")
+
 	token := f.IstioCAToken("meshwave")
+	client := analysis.GRPCSyncz{Port: f.World.Mesh.Ports().GRPCTLS, TokenFile: tokenFile(f, token), CAFile: rootCAFile(f),
+		RootNamespace: f.World.Mesh.RootNamespace(), PodName: "meshwave-6d4f9-x2x7q", PodIP: "127.0.0.1", Timeout: 10 * time.Second}
 	istiod := f.World.Mesh.Istiod("1-26")
+	want := f.ProxyIDs(ns, "app", "db")
+	f.Eventually("istiod 1-26 to report every proxy of "+ns+" SYNCED to meshwave's client", func() (bool, string) {
+		var got []string
+		for i, ip := range istiod.ReplicaAddrs() {
+			proxies, err := client.Syncz(f.Ctx, analysis.Istiod{Pod: fmt.Sprint("replica-", i), IP: ip, Revision: "1-26"}, "")
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, p := range proxies {
+				if !strings.HasSuffix(p.ID, "."+ns) {
+					continue
+				}
+				for _, typ := range []string{analysis.TypeCDS, analysis.TypeLDS} {
+					if p.Status[typ] != statusv3.ConfigStatus_SYNCED {
+						return false, fmt.Sprintf("%s: %v", p.ID, p.Status)
+					}
+				}
+				for typ, s := range p.Status {
+					if s != statusv3.ConfigStatus_SYNCED {
+						return false, fmt.Sprintf("%s: %s is %s", p.ID, typ, s)
+					}
+				}
+				// The real istiod leaves out the types a proxy never
+				// subscribed to: a sidecar does not ask for ECDS.
+				if _, ok := p.Status[analysis.TypeECDS]; ok {
+					return false, p.ID + " has an ECDS entry"
+				}
+				got = append(got, p.ID)
+			}
+		}
+		sort.Strings(got)
+		return strings.Join(got, ",") == strings.Join(want, ","), fmt.Sprintf("listed %v, want %v", got, want)
+	})
+
+	// What the real istiod says to the requests meshwave's client no longer
+	// sends.
 	addr := fmt.Sprintf("%s:%d", istiod.ReplicaAddrs()[0], f.World.Mesh.Ports().GRPCTLS)
 	meta, err := structpb.NewStruct(map[string]any{"NAMESPACE": "default"})
 	require.NoError(t, err)
@@ -74,4 +145,10 @@ func TestTheRealIstiodRefusesADebugRequestThatDoesNotNameItsRequester(t *testing
 			assert.Contains(t, err.Error(), tc.want)
 		})
 	}
+	t.Run("a token without the istio-ca audience", func(t *testing.T) {
+		_, err := analysis.GRPCSyncz{Port: f.World.Mesh.Ports().GRPCTLS, TokenFile: tokenFile(f, f.Token("meshwave")), Timeout: 10 * time.Second}.
+			Syncz(f.Ctx, analysis.Istiod{IP: istiod.ReplicaAddrs()[0], Revision: "1-26"}, "")
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "authentication failure")
+	})
 }

@@ -17,35 +17,40 @@ import (
 )
 
 // TestTheSyncGateSpeaksEveryTransport moves one namespace per transport the
-// xDS gate supports: gRPC over TLS on 15012, plaintext gRPC on 15010 (with
-// the token istiod requires there too), and the HTTP /debug/syncz fallback
-// on 15014.
+// xDS gate supports, against Istio's real istiod: gRPC over TLS on 15012,
+// with istiod's certificate verified against its root and the revision's
+// service name; plaintext gRPC on 15010, which istiod answers only when it
+// runs with XDS_AUTH_PLAINTEXT=true (revision 1-27 here), and then with
+// the token; and the HTTP /debug/syncz fallback on 15014.
 func TestTheSyncGateSpeaksEveryTransport(t *testing.T) {
-	f := fixture.New(t, world.Options{NoPrometheus: true})
+	revs := append(world.DefaultRevisions(), mesh.Revision{Name: "1-27", Env: map[string]string{"XDS_AUTH_PLAINTEXT": "true"}})
+	f := fixture.New(t, world.Options{NoPrometheus: true, RealIstiod: true, Revisions: revs})
 	ports := f.World.Mesh.Ports()
+	caFile := rootCAFile(f)
 	for _, tc := range []struct {
 		ns        string
+		target    string
 		mode      string
 		port      int
 		plaintext bool
+		caFile    string
 	}{
-		{"grpc-tls", "grpc", ports.GRPCTLS, false},
-		{"grpc-plain", "grpc", ports.GRPCPlain, true},
-		{"http", "http", ports.HTTP, false},
+		{"grpc-tls", "1-26", "grpc", ports.GRPCTLS, false, caFile},
+		{"grpc-plain", "1-27", "grpc", ports.GRPCPlain, true, ""},
+		{"http", "1-26", "http", ports.HTTP, false, ""},
 	} {
 		t.Run(tc.ns, func(t *testing.T) {
 			f.Given().Namespace(tc.ns, map[string]string{mesh.LabelRev: "1-25"}, nil).Deployment(tc.ns, "app").RolledOut(tc.ns)
 			cfg := testConfig(f)
-			cfg.Gates.Sync.Mode, cfg.Gates.Sync.Port, cfg.Gates.Sync.Plaintext = tc.mode, tc.port, tc.plaintext
-			before := f.World.Mesh.SimIstiod("1-26").SynczRequests()
-			optIn(f, tc.ns, "1-26", 10)
+			cfg.Gates.Sync.Mode, cfg.Gates.Sync.Port, cfg.Gates.Sync.Plaintext, cfg.Gates.Sync.CAFile = tc.mode, tc.port, tc.plaintext, tc.caFile
+			optIn(f, tc.ns, tc.target, 10)
 			a := startAgent(t, f, cfg, newAPICounter(), "agent-"+tc.ns)
 			st := waitForPhase(f, tc.ns, canary.PhaseCompleted, time.Minute)
 			a.Kill()
 			sync, ok := verdictOf(st, "xds-sync")
 			require.True(t, ok)
-			assert.Equal(t, "2 of 2 proxies SYNCED with istiod 1-26", sync.Reason)
-			assert.Greater(t, f.World.Mesh.SimIstiod("1-26").SynczRequests(), before, "istiod answered syncz")
+			// Only istiod's answer can give this reason.
+			assert.Equal(t, "2 of 2 proxies SYNCED with istiod "+tc.target, sync.Reason)
 		})
 	}
 }
