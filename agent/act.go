@@ -4,10 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
+	"sync"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"golang.org/x/sync/errgroup"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,38 +23,17 @@ import (
 	"github.com/meshwave/meshwave/canary"
 )
 
-// act applies a decision: the status first, so that the intent survives a
-// crash; then the namespace label; then the Deployment patches, up to a
-// batch at once; then the Events, once the writes they report happened.
+// act applies a decision: one namespace write first, carrying the status,
+// the paused and rollback annotations and the istio.io/rev label together,
+// fenced with the resourceVersion the decision was made from, so that the
+// intent survives a crash and a stale writer gets a conflict rather than
+// the last word; then the Deployment patches, up to a batch at once; then
+// the Events of what happened. A patch the apiserver refuses (an admission
+// policy's 403 or 422) is reported with an Event and handed to the next
+// decision, which applies the failure policy.
 func (c *Controller) act(ctx context.Context, ns *corev1.Namespace, prev *canary.Status, d canary.Decision) error {
-	logger := klog.FromContext(ctx)
-	if d.Status != nil || d.SetPaused || d.ClearRollback {
-		annotations := map[string]any{}
-		if d.Status != nil {
-			raw, err := d.Status.Encode()
-			if err != nil {
-				return err
-			}
-			annotations[canary.AnnotationStatus] = raw
-		}
-		if d.SetPaused {
-			annotations[canary.AnnotationPaused] = "true"
-		}
-		if d.ClearRollback {
-			annotations[canary.AnnotationRollback] = nil
-		}
-		if d.Status != nil && slotTaken(prev, d.Status) {
-			c.markStarting(ns.Name)
-		}
-		if err := c.patchNamespace(ctx, ns.Name, map[string]any{"annotations": annotations}); err != nil {
-			return fmt.Errorf("write status: %w", err)
-		}
-		if raw, ok := annotations[canary.AnnotationStatus].(string); ok {
-			c.expect.expectStatus(ns.Name, raw, c.clock.Now())
-		}
-		if d.Status != nil && (prev == nil || prev.Phase != d.Status.Phase || prev.Wave != d.Status.Wave) {
-			logger.Info("Namespace changed phase", "phase", d.Status.Phase, "wave", d.Status.Wave, "totalWaves", d.Status.TotalWaves, "reason", d.Status.Reason)
-		}
+	if err := c.writeNamespace(ctx, ns, prev, d); err != nil {
+		return err
 	}
 	spanCtx := ctx
 	if d.Status != nil {
@@ -58,47 +41,102 @@ func (c *Controller) act(ctx context.Context, ns *corev1.Namespace, prev *canary
 	} else {
 		spanCtx = c.tracer.WaveContext(ctx, ns.Name, prev)
 	}
+	failed, refused, err := c.applyMoves(spanCtx, ns.Name, d.Moves)
+	var events []canary.Event
+	for _, e := range d.Events {
+		if e.Reason == "Restarted" && failed[e.Deployment] {
+			continue
+		}
+		events = append(events, e)
+	}
+	for _, name := range slices.Sorted(maps.Keys(refused)) {
+		events = append(events, canary.Event{Deployment: name, Type: canary.EventWarning, Reason: "RestartRefused",
+			Message: "the apiserver refused the move patch: " + refused[name]})
+	}
+	c.recordEvents(ns, events)
+	if len(refused) > 0 {
+		c.refusals.add(ns.Name, refused)
+		c.queue.Add(ns.Name)
+	}
+	return err
+}
+
+// writeNamespace sends the decision's namespace changes as one merge patch
+// that carries the namespace's resourceVersion.
+func (c *Controller) writeNamespace(ctx context.Context, ns *corev1.Namespace, prev *canary.Status, d canary.Decision) error {
+	annotations := map[string]any{}
+	var statusRaw string
+	if d.Status != nil {
+		raw, err := d.Status.Encode()
+		if err != nil {
+			return err
+		}
+		statusRaw = raw
+		annotations[canary.AnnotationStatus] = raw
+	}
+	if d.SetPaused {
+		annotations[canary.AnnotationPaused] = "true"
+	}
+	if d.ClearRollback {
+		annotations[canary.AnnotationRollback] = nil
+	}
+	if len(annotations) == 0 && d.Label == "" {
+		return nil
+	}
+	metadata := map[string]any{"resourceVersion": ns.ResourceVersion}
+	if len(annotations) > 0 {
+		metadata["annotations"] = annotations
+	}
+	if d.Label != "" {
+		metadata["labels"] = map[string]string{canary.LabelRev: d.Label}
+	}
+	if d.Status != nil && canary.TakesSlot(prev, d.Status) {
+		c.markStarting(ns.Name)
+	}
+	spanCtx := c.tracer.WaveContext(ctx, ns.Name, prev)
+	if d.Status != nil {
+		spanCtx = c.tracer.WaveContext(ctx, ns.Name, d.Status)
+	}
 	if d.Label != "" {
 		_, span := c.tracer.Start(spanCtx, "switch "+canary.LabelRev, attrNS.String(ns.Name), attribute.String("meshwave.label", d.Label))
 		defer span.End()
-		if err := c.patchNamespace(ctx, ns.Name, map[string]any{"labels": map[string]string{canary.LabelRev: d.Label}}); err != nil {
-			return fmt.Errorf("switch %s: %w", canary.LabelRev, err)
-		}
-		c.expect.expectLabel(ns.Name, d.Label, c.clock.Now())
-		logger.Info("Switched namespace revision label", "label", canary.LabelRev, "value", d.Label)
 	}
-	if err := c.applyMoves(spanCtx, ns.Name, d.Moves); err != nil {
-		return err
-	}
-	c.recordEvents(ns, d.Events)
-	return nil
-}
-
-// slotTaken reports whether a status write starts a migration.
-func slotTaken(prev, next *canary.Status) bool {
-	was := prev != nil && holdsOrEnds(prev.Phase)
-	return !was && next.Phase == canary.PhaseMigrating
-}
-
-func (c *Controller) patchNamespace(ctx context.Context, name string, metadata map[string]any) error {
 	patch, err := json.Marshal(map[string]any{"metadata": metadata})
 	if err != nil {
 		return err
 	}
-	return retry.OnError(retry.DefaultBackoff, transient, func() error {
-		_, err := c.client.CoreV1().Namespaces().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "meshwave"})
+	var updated *corev1.Namespace
+	err = retry.OnError(retry.DefaultBackoff, transient, func() error {
+		var err error
+		updated, err = c.client.CoreV1().Namespaces().Patch(ctx, ns.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "meshwave"})
 		return err
 	})
+	if err != nil {
+		return fmt.Errorf("write namespace %s: %w", ns.Name, err)
+	}
+	c.expect.expectNamespace(ns.Name, updated.ResourceVersion, statusRaw, d.Label, c.clock.Now())
+	logger := klog.FromContext(ctx)
+	if d.Status != nil && (prev == nil || prev.Phase != d.Status.Phase || prev.Wave != d.Status.Wave) {
+		logger.Info("Namespace changed phase", "phase", d.Status.Phase, "wave", d.Status.Wave, "totalWaves", d.Status.TotalWaves, "reason", d.Status.Reason)
+	}
+	if d.Label != "" {
+		logger.Info("Set namespace revision label", "label", canary.LabelRev, "value", d.Label)
+	}
+	return nil
 }
 
-// applyMoves sends the Deployment patches, at most a batch at once. A
-// conflict means the snapshot was stale: the error requeues the namespace
-// and the next reconcile recomputes the patch from fresh data.
-func (c *Controller) applyMoves(ctx context.Context, ns string, moves []canary.Move) error {
+// applyMoves sends the Deployment patches, at most a batch at once. It
+// returns the moves that were not made, and among them those the apiserver
+// refused, with its answer. Any other failure (a conflict: the snapshot was
+// stale) is returned as an error: the namespace is retried and the next
+// reconcile recomputes the patch from fresh data.
+func (c *Controller) applyMoves(ctx context.Context, ns string, moves []canary.Move) (failed map[string]bool, refused map[string]string, err error) {
+	failed, refused = map[string]bool{}, map[string]string{}
 	if len(moves) == 0 {
-		return nil
+		return failed, refused, nil
 	}
 	logger := klog.FromContext(ctx)
+	var mu sync.Mutex
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(c.cfg.BatchSize)
 	for _, m := range moves {
@@ -110,31 +148,58 @@ func (c *Controller) applyMoves(ctx context.Context, ns string, moves []canary.M
 			_, span := c.tracer.Start(ctx, name, attrNS.String(ns), attrWorkload.String(m.Workload),
 				attrWave.Int(m.Record.Wave), attrTarget.String(m.Record.Revision))
 			defer span.End()
+			var updated *appsv1.Deployment
 			err := retry.OnError(retry.DefaultBackoff, transient, func() error {
-				_, err := c.client.AppsV1().Deployments(ns).Patch(gctx, m.Workload, types.MergePatchType, m.Patch, metav1.PatchOptions{FieldManager: "meshwave"})
+				var err error
+				updated, err = c.client.AppsV1().Deployments(ns).Patch(gctx, m.Workload, types.MergePatchType, m.Patch, metav1.PatchOptions{FieldManager: "meshwave"})
 				return err
 			})
-			if apierrors.IsNotFound(err) {
-				return nil
-			}
 			if err != nil {
 				span.SetStatus(codes.Error, err.Error())
+				mu.Lock()
+				defer mu.Unlock()
+				failed[m.Workload] = true
+				switch {
+				case apierrors.IsNotFound(err):
+					return nil
+				case refusal(err):
+					refused[m.Workload] = answer(err)
+					logger.Info("The apiserver refused a move patch", "workload", m.Workload, "answer", refused[m.Workload])
+					return nil
+				}
 				return fmt.Errorf("patch deployment %s/%s: %w", ns, m.Workload, err)
 			}
-			if rec, err := json.Marshal(m.Record); err == nil {
-				c.expect.expectMove(ns, m.Workload, string(rec), c.clock.Now())
-			}
+			c.expect.expectMove(ns, m.Workload, updated.ResourceVersion, m.Record.Encode(), c.clock.Now())
 			logger.Info("Restarted workload", "workload", m.Workload, "revision", m.Record.Revision, "wave", m.Record.Wave, "rollback", m.Record.Rollback)
 			return nil
 		})
 	}
-	return g.Wait()
+	err = g.Wait()
+	return failed, refused, err
 }
 
 // transient reports whether an API error is worth retrying at once.
 func transient(err error) bool {
 	return apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err) ||
 		apierrors.IsInternalError(err) || apierrors.IsServiceUnavailable(err)
+}
+
+// refusal reports whether the apiserver refused a patch for good: no retry
+// of the same patch can succeed (an admission policy's 403 or 422, a 400).
+// A conflict is not one: it means the snapshot was stale.
+func refusal(err error) bool {
+	return apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) ||
+		apierrors.IsMethodNotSupported(err) || apierrors.IsUnauthorized(err)
+}
+
+// answer is the apiserver's answer as a person reads it: its message and
+// the HTTP status.
+func answer(err error) string {
+	if s, ok := err.(apierrors.APIStatus); ok {
+		st := s.Status()
+		return fmt.Sprintf("%s (%d %s)", st.Message, st.Code, st.Reason)
+	}
+	return err.Error()
 }
 
 func (c *Controller) recordEvents(ns *corev1.Namespace, events []canary.Event) {

@@ -88,18 +88,20 @@ type LeaderElection struct {
 	RetryPeriod   Duration `json:"retryPeriod"`
 }
 
-// DefaultConfig returns the configuration with every default filled in.
+// DefaultConfig returns the configuration with every default filled in:
+// the phase machine's own (canary.DefaultConfig) and the agent's.
 func DefaultConfig() Config {
+	def := canary.DefaultConfig()
 	return Config{
 		RootNamespace:      "istio-system",
-		Concurrency:        1,
-		CanarySize:         1,
-		BatchSize:          5,
-		ReadinessTimeout:   Duration(5 * time.Minute),
-		DelayBetweenWaves:  Duration(30 * time.Second),
-		PersistAnnotations: append([]string(nil), canary.DefaultPersistAnnotations...),
-		FailurePolicy:      string(canary.PolicyRollbackWave),
-		InconclusiveLimit:  3,
+		Concurrency:        def.Concurrency,
+		CanarySize:         def.Sizes.CanarySize,
+		BatchSize:          def.Sizes.BatchSize,
+		ReadinessTimeout:   Duration(def.ReadinessTimeout),
+		DelayBetweenWaves:  Duration(def.DelayBetweenWaves),
+		PersistAnnotations: append([]string(nil), def.PersistAnnotations...),
+		FailurePolicy:      string(def.FailurePolicy),
+		InconclusiveLimit:  def.InconclusiveLimit,
 		Workers:            4,
 		ResyncPeriod:       Duration(10 * time.Minute),
 		LeaderElection: LeaderElection{

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -72,8 +71,8 @@ type Controller struct {
 	// cache may not show yet.
 	startMu  sync.Mutex
 	starting map[string]time.Time
-	leading  atomic.Bool
 	expect   *expectations
+	refusals refusals
 	metrics  *Metrics
 	tracer   *Tracer
 }
@@ -126,9 +125,6 @@ func New(opts Options) (*Controller, error) {
 	}
 	return c, nil
 }
-
-// Caches exposes the informer caches, for the CLI and metrics.
-func (c *Controller) Caches() *Caches { return c.caches }
 
 func (c *Controller) addHandlers() error {
 	nsHandler := cache.ResourceEventHandlerFuncs{
@@ -300,23 +296,19 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	status, _, err := canary.ParseStatus(ns.Annotations)
-	if err != nil {
-		// Not ours to guess at: start from nothing. Move records keep any
-		// workload from being restarted twice.
-		c.recorder.Event(ns, corev1.EventTypeWarning, "StatusUnreadable", err.Error())
-		status = nil
-	}
+	// An unreadable status is not ours to guess at: the decision rebuilds
+	// it from the move records, and says so with an Event.
+	status, _, statusErr := canary.ParseStatus(ns.Annotations)
 	if !concerns(ns) {
 		return nil
 	}
-	if !c.expect.satisfied(ns, c.cachedMove(ns.Name), c.clock.Now()) {
+	if !c.expect.satisfied(ns, c.cachedDeployment(ns.Name), c.clock.Now()) {
 		// Our last writes are not in the cache yet; their events requeue
 		// the namespace, and this is a backstop.
 		c.queue.AddAfter(key, 200*time.Millisecond)
 		return nil
 	}
-	if status == nil || !holdsOrEnds(status.Phase) {
+	if canary.MayTakeSlot(status) {
 		c.admitMu.Lock()
 		defer c.admitMu.Unlock()
 	}
@@ -330,7 +322,8 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	if wave, ok := canary.WaveToVerify(snap, status, c.decisions); ok {
 		verdicts = c.tracer.traced(c.gates(wave)).Evaluate(c.tracer.WaveContext(ctx, key, status), wave, now)
 	}
-	d := canary.Decide(canary.Input{Snapshot: snap, Status: status, Verdicts: verdicts, Now: now, Config: c.decisions})
+	d := canary.Decide(canary.Input{Snapshot: snap, Status: status, StatusErr: statusErr, Verdicts: verdicts,
+		Refused: c.refusals.take(key), Now: now, Config: c.decisions})
 	if err := c.act(ctx, ns, status, d); err != nil {
 		return err
 	}
@@ -344,15 +337,6 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	return nil
 }
 
-// holdsOrEnds reports whether a phase can no longer start a migration.
-func holdsOrEnds(p canary.Phase) bool {
-	switch p {
-	case canary.PhaseMigrating, canary.PhaseAnalyzing, canary.PhaseRollingBack, canary.PhaseCompleted, canary.PhaseRolledBack:
-		return true
-	}
-	return false
-}
-
 // withStarting counts the namespaces this process just started as
 // migrating until the cache catches up.
 func (c *Controller) withStarting(peers []canary.Peer) []canary.Peer {
@@ -364,25 +348,54 @@ func (c *Controller) withStarting(peers []canary.Peer) []canary.Peer {
 		if !ok {
 			continue
 		}
-		if holdsOrEnds(p.Phase) || now.Sub(at) > time.Minute {
+		if p.HoldsSlot || now.Sub(at) > time.Minute {
 			delete(c.starting, p.Name)
 			continue
 		}
-		peers[i].Phase = canary.PhaseMigrating
+		peers[i].Phase, peers[i].HoldsSlot = canary.PhaseMigrating, true
 	}
 	return peers
 }
 
-// cachedMove returns the move record annotation a Deployment has in the
-// cache, and whether the Deployment exists there.
-func (c *Controller) cachedMove(ns string) func(string) (string, bool) {
-	return func(name string) (string, bool) {
+// cachedDeployment returns a Deployment's resourceVersion and move record
+// in the cache, and whether it exists there.
+func (c *Controller) cachedDeployment(ns string) func(string) (string, string, bool) {
+	return func(name string) (string, string, bool) {
 		d, err := c.caches.Deployments.Deployments(ns).Get(name)
 		if err != nil {
-			return "", false
+			return "", "", false
 		}
-		return d.Annotations[canary.AnnotationMove], true
+		return d.ResourceVersion, d.Annotations[canary.AnnotationMove], true
 	}
+}
+
+// refusals hold, per namespace, the move patches the apiserver refused,
+// until the next decision takes them.
+type refusals struct {
+	mu   sync.Mutex
+	byNS map[string]map[string]string
+}
+
+func (r *refusals) add(ns string, refused map[string]string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.byNS == nil {
+		r.byNS = map[string]map[string]string{}
+	}
+	if r.byNS[ns] == nil {
+		r.byNS[ns] = map[string]string{}
+	}
+	for k, v := range refused {
+		r.byNS[ns][k] = v
+	}
+}
+
+func (r *refusals) take(ns string) map[string]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.byNS[ns]
+	delete(r.byNS, ns)
+	return out
 }
 
 func (c *Controller) markStarting(ns string) {

@@ -40,7 +40,7 @@ func objects() []runtime.Object {
 		return &admissionregv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{canary.LabelRev: rev}}}
 	}
 	return []runtime.Object{
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", Labels: map[string]string{canary.LabelRev: "1-25"},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", ResourceVersion: "5", Labels: map[string]string{canary.LabelRev: "1-25"},
 			Annotations: map[string]string{canary.AnnotationTargetRevision: "1-26"}}},
 		&appsv1.Deployment{
 			ObjectMeta: metav1.ObjectMeta{Name: "cart", Namespace: "shop", ResourceVersion: "7", Generation: 1,
@@ -82,8 +82,10 @@ func startTestController(t *testing.T, recorder record.EventRecorder, before fun
 }
 
 // TestOneSyncStartsTheCanaryWithExactlyTheseWrites checks the API actions
-// of the first reconcile of an opted-in namespace: the status, the label
-// switch, and one merge patch of the canary Deployment.
+// of the first reconcile of an opted-in namespace: one namespace write,
+// fenced with the resourceVersion the decision was made from, carrying the
+// status and the label switch together; then one merge patch of the
+// canary Deployment.
 func TestOneSyncStartsTheCanaryWithExactlyTheseWrites(t *testing.T) {
 	recorder := record.NewFakeRecorder(20)
 	c, client, ctx := startTestController(t, recorder, nil)
@@ -96,33 +98,35 @@ func TestOneSyncStartsTheCanaryWithExactlyTheseWrites(t *testing.T) {
 			writes = append(writes, p)
 		}
 	}
-	require.Len(t, writes, 3, "status, label, one deployment")
+	require.Len(t, writes, 2, "the namespace once, one deployment")
 
 	assert.Equal(t, "namespaces", writes[0].GetResource().Resource)
-	var statusPatch struct {
+	var nsPatch struct {
 		Metadata struct {
-			Annotations map[string]string `json:"annotations"`
+			ResourceVersion string            `json:"resourceVersion"`
+			Annotations     map[string]string `json:"annotations"`
+			Labels          map[string]string `json:"labels"`
 		} `json:"metadata"`
 	}
-	require.NoError(t, json.Unmarshal(writes[0].GetPatch(), &statusPatch))
-	st, _, err := canary.ParseStatus(statusPatch.Metadata.Annotations)
+	require.NoError(t, json.Unmarshal(writes[0].GetPatch(), &nsPatch))
+	assert.Equal(t, "5", nsPatch.Metadata.ResourceVersion)
+	assert.Equal(t, map[string]string{canary.LabelRev: "1-26"}, nsPatch.Metadata.Labels)
+	require.Len(t, nsPatch.Metadata.Annotations, 1)
+	st, _, err := canary.ParseStatus(nsPatch.Metadata.Annotations)
 	require.NoError(t, err)
 	assert.Equal(t, canary.PhaseMigrating, st.Phase)
 	assert.Equal(t, 1, st.Wave)
 	assert.Equal(t, []canary.WorkloadState{{Name: "cart", State: canary.StateMoving}}, st.Workloads)
 
-	assert.Equal(t, "namespaces", writes[1].GetResource().Resource)
-	assert.JSONEq(t, `{"metadata":{"labels":{"istio.io/rev":"1-26"}}}`, string(writes[1].GetPatch()))
-
-	assert.Equal(t, "deployments", writes[2].GetResource().Resource)
-	assert.Equal(t, "cart", writes[2].GetName())
+	assert.Equal(t, "deployments", writes[1].GetResource().Resource)
+	assert.Equal(t, "cart", writes[1].GetName())
 	assert.JSONEq(t, `{
 	  "metadata": {"resourceVersion": "7", "annotations": {"meshwave.io/move": "{\"revision\":\"1-26\",\"from\":\"1-25\",\"wave\":1,\"at\":\"2026-11-29T12:00:00Z\",\"migration\":\"1-26@2026-11-29T12:00:00Z\"}"}},
 	  "spec": {"template": {"metadata": {"annotations": {
 	    "kubectl.kubernetes.io/restartedAt": "2026-11-29T12:00:00Z",
 	    "sidecar.istio.io/proxyCPU": "50m"
 	  }}}}
-	}`, string(writes[2].GetPatch()))
+	}`, string(writes[1].GetPatch()))
 
 	close(recorder.Events)
 	var events []string
@@ -138,14 +142,30 @@ func TestOneSyncStartsTheCanaryWithExactlyTheseWrites(t *testing.T) {
 }
 
 // TestASyncOnACacheBehindItsOwnWritesWaits checks that after writing, the
-// next reconcile does not decide until the cache shows those writes.
+// next reconcile does not decide until the cache shows those writes, and
+// decides as soon as it does.
 func TestASyncOnACacheBehindItsOwnWritesWaits(t *testing.T) {
 	c, client, ctx := startTestController(t, record.NewFakeRecorder(20), func(c *Controller) {
-		c.expect.expectMove("shop", "cart", `{"revision":"1-26"}`, now)
+		c.expect.expectMove("shop", "cart", "8", `{"revision":"1-26"}`, now)
 	})
 
 	require.NoError(t, c.sync(ctx, "shop"))
 	for _, a := range client.Actions() {
 		assert.NotEqual(t, "patch", a.GetVerb(), "no write while the cache lags: %v", a)
 	}
+
+	// The cache catches up: cart is at resourceVersion 8 (someone else's
+	// write after ours counts too). Now the namespace is decided on.
+	dep, err := client.AppsV1().Deployments("shop").Get(ctx, "cart", metav1.GetOptions{})
+	require.NoError(t, err)
+	dep.ResourceVersion = "9"
+	require.NoError(t, c.caches.informers["deployments"].GetStore().Update(dep))
+	require.NoError(t, c.sync(ctx, "shop"))
+	patched := 0
+	for _, a := range client.Actions() {
+		if a.GetVerb() == "patch" {
+			patched++
+		}
+	}
+	assert.Equal(t, 2, patched, "the namespace and the canary")
 }

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"strconv"
 	"sync"
 	"time"
 
@@ -14,56 +15,77 @@ import (
 // work: a Deployment whose move record is not visible yet would be patched
 // a second time. Until the cache shows every expected write, a namespace is
 // only requeued, never decided on.
+//
+// A write counts as seen when the cached object is at least at the
+// resourceVersion the write returned (a later write by someone else counts:
+// the cache has caught up with ours), or, where resourceVersions cannot be
+// compared, when the cached object shows the written value.
 type expectations struct {
 	mu   sync.Mutex
 	byNS map[string]*nsExpectation
 	ttl  time.Duration
 }
 
+type written struct {
+	resourceVersion string
+	value           string
+}
+
 type nsExpectation struct {
-	status   *string           // the status annotation we wrote
-	label    *string           // the istio.io/rev value we set
-	moves    map[string]string // deployment -> move record annotation we wrote
-	deadline time.Time
+	namespace *written            // the namespace write: its status annotation
+	label     string              // the istio.io/rev value it set, if any
+	moves     map[string]*written // deployment -> its patch: move record annotation
+	deadline  time.Time
 }
 
 func newExpectations() *expectations {
-	// A write the cache never shows (the object was deleted, or changed
-	// again by someone else) must not hold the namespace forever.
+	// A write the cache never shows (the object was deleted) must not hold
+	// the namespace forever.
 	return &expectations{byNS: map[string]*nsExpectation{}, ttl: 30 * time.Second}
 }
 
 func (e *expectations) get(ns string, now time.Time) *nsExpectation {
 	x, ok := e.byNS[ns]
 	if !ok {
-		x = &nsExpectation{moves: map[string]string{}}
+		x = &nsExpectation{moves: map[string]*written{}}
 		e.byNS[ns] = x
 	}
 	x.deadline = now.Add(e.ttl)
 	return x
 }
 
-func (e *expectations) expectStatus(ns, value string, now time.Time) {
+// expectNamespace remembers a namespace write: the resourceVersion it
+// returned, and the status and label it set ("" when it set none).
+func (e *expectations) expectNamespace(ns, resourceVersion, status, label string, now time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.get(ns, now).status = &value
+	x := e.get(ns, now)
+	x.namespace, x.label = &written{resourceVersion: resourceVersion, value: status}, label
 }
 
-func (e *expectations) expectLabel(ns, value string, now time.Time) {
+func (e *expectations) expectMove(ns, deployment, resourceVersion, record string, now time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.get(ns, now).label = &value
+	e.get(ns, now).moves[deployment] = &written{resourceVersion: resourceVersion, value: record}
 }
 
-func (e *expectations) expectMove(ns, deployment, record string, now time.Time) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.get(ns, now).moves[deployment] = record
+// caughtUp reports whether a cached object at resourceVersion cached shows
+// the write w; shows tells, when resourceVersions cannot be compared,
+// whether the object holds what was written.
+func caughtUp(w *written, cached string, shows func() bool) bool {
+	want, err1 := strconv.ParseUint(w.resourceVersion, 10, 64)
+	got, err2 := strconv.ParseUint(cached, 10, 64)
+	if err1 == nil && err2 == nil {
+		return got >= want
+	}
+	return shows()
 }
 
 // satisfied reports whether the caches show every write expected for ns,
-// and forgets the expectation once they do or it expired.
-func (e *expectations) satisfied(ns *corev1.Namespace, moveOf func(deployment string) (string, bool), now time.Time) bool {
+// and forgets the expectation once they do or it expired. deployment
+// returns a cached Deployment's resourceVersion and move record, and
+// whether it exists.
+func (e *expectations) satisfied(ns *corev1.Namespace, deployment func(name string) (rv, record string, exists bool), now time.Time) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	x, ok := e.byNS[ns.Name]
@@ -74,15 +96,14 @@ func (e *expectations) satisfied(ns *corev1.Namespace, moveOf func(deployment st
 		delete(e.byNS, ns.Name)
 		return true
 	}
-	if x.status != nil && ns.Annotations[canary.AnnotationStatus] != *x.status {
+	if w := x.namespace; w != nil && !caughtUp(w, ns.ResourceVersion, func() bool {
+		return (w.value == "" || ns.Annotations[canary.AnnotationStatus] == w.value) && (x.label == "" || ns.Labels[canary.LabelRev] == x.label)
+	}) {
 		return false
 	}
-	if x.label != nil && ns.Labels[canary.LabelRev] != *x.label {
-		return false
-	}
-	for dep, want := range x.moves {
-		got, exists := moveOf(dep)
-		if exists && got != want {
+	for dep, w := range x.moves {
+		rv, record, exists := deployment(dep)
+		if exists && !caughtUp(w, rv, func() bool { return record == w.value }) {
 			return false
 		}
 	}

@@ -102,6 +102,7 @@ type CustomCheck struct {
 }
 
 func defaultGates() Gates {
+	def := canary.DefaultConfig()
 	return Gates{
 		Sync: SyncGate{
 			Enabled: true, Mode: "grpc", Port: 15012,
@@ -111,9 +112,9 @@ func defaultGates() Gates {
 		Metrics: MetricGates{
 			Prometheus:        Prometheus{HTTP: promconfig.DefaultHTTPClientConfig},
 			BakeTime:          Duration(time.Minute),
-			Interval:          Duration(30 * time.Second),
+			Interval:          Duration(def.AnalysisInterval),
 			Window:            Duration(time.Minute),
-			RequiredPasses:    2,
+			RequiredPasses:    def.RequiredPasses,
 			QueryTimeout:      Duration(10 * time.Second),
 			ErrorRate:         BuiltinCheck{Enabled: true, Threshold: 0.05, Tolerance: 1.0, MinRequests: 50},
 			LatencyP99:        BuiltinCheck{Enabled: true, Threshold: 1000, Tolerance: 0.5, MinRequests: 50},

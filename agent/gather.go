@@ -107,7 +107,7 @@ func workloadOf(d *appsv1.Deployment) canary.Workload {
 		Namespace: d.Namespace, Name: d.Name, ResourceVersion: d.ResourceVersion,
 		Labels: d.Labels, Annotations: d.Annotations,
 		TemplateLabels: d.Spec.Template.Labels, TemplateAnnotations: d.Spec.Template.Annotations,
-		Replicas: replicas, Generation: d.Generation,
+		Replicas: replicas, Paused: d.Spec.Paused, Generation: d.Generation,
 		Status: canary.DeploymentStatus{
 			ObservedGeneration: d.Status.ObservedGeneration, Replicas: d.Status.Replicas,
 			UpdatedReplicas: d.Status.UpdatedReplicas, ReadyReplicas: d.Status.ReadyReplicas,
@@ -220,15 +220,9 @@ func (c *Caches) peers(self string) ([]canary.Peer, error) {
 		if ns.Name == self {
 			continue
 		}
-		if _, ok := ns.Annotations[canary.AnnotationTargetRevision]; !ok {
-			continue
+		if p, ok := canary.PeerOf(ns.Name, ns.Annotations); ok {
+			out = append(out, p)
 		}
-		settings, _ := canary.ParseNamespace(ns.Name, ns.Annotations)
-		p := canary.Peer{Name: ns.Name, Priority: settings.Priority, Phase: canary.PhasePending}
-		if st, ok, _ := canary.ParseStatus(ns.Annotations); ok && st != nil && st.Target == settings.Target {
-			p.Phase = st.Phase
-		}
-		out = append(out, p)
 	}
 	return out, nil
 }

@@ -15,11 +15,8 @@ import (
 // ErrLostLease is returned by Run when another replica took the lease.
 var ErrLostLease = errors.New("lost the leader lease")
 
-// Leading reports whether this process currently leads.
-func (c *Controller) Leading() bool { return c.leading.Load() }
-
+// setLeading reports leadership in meshwave_leader.
 func (c *Controller) setLeading(v bool) {
-	c.leading.Store(v)
 	if c.metrics != nil {
 		c.metrics.leader.Set(b2f(v))
 	}

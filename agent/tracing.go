@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -79,7 +78,7 @@ func NewSDKTracerProvider(opts ...sdktrace.TracerProviderOption) *sdktrace.Trace
 
 // stableIDs gives a span the IDs its context asks for, and random ones
 // otherwise.
-type stableIDs struct{ mu sync.Mutex }
+type stableIDs struct{}
 
 type idHintKey struct{}
 
@@ -193,7 +192,7 @@ func (t *Tracer) Transitions(ctx context.Context, ns string, prev, next *canary.
 	}))
 	// A wave's span is emitted once, when the migration leaves the wave for
 	// good: the next wave starts, or the migration ends. A paused wave waits.
-	ended := terminalPhase(next.Phase) && !terminalPhase(prev.Phase)
+	ended := canary.Terminal(next.Phase) && !canary.Terminal(prev.Phase)
 	if prev.Wave > 0 && prev.WaveStartedAt != nil && (next.Wave != prev.Wave || ended) {
 		outcome := "passed"
 		if next.Wave == prev.Wave {
@@ -221,10 +220,6 @@ func (t *Tracer) Transitions(ctx context.Context, ns string, prev, next *canary.
 		}
 		span.End(trace.WithTimestamp(now))
 	}
-}
-
-func terminalPhase(p canary.Phase) bool {
-	return p == canary.PhaseCompleted || p == canary.PhaseRolledBack || p == canary.PhaseStopped
 }
 
 // dueGate is a gate that asks an outside system only when due.

@@ -32,42 +32,68 @@ type Config struct {
 	// ready yet) runs again; default 30s.
 	PrecheckRetry time.Duration
 	// RequiredPasses is how many consecutive passes of the metric checks a
-	// wave needs; default 1.
+	// wave needs; default 2.
 	RequiredPasses int
 	// AnalysisInterval is the time between two runs of the metric checks;
 	// default 30s.
 	AnalysisInterval time.Duration
 }
 
-// WithDefaults fills in the zero values.
+// DefaultConfig is the one set of defaults: the agent's configuration
+// file starts from them.
+func DefaultConfig() Config {
+	return Config{
+		Sizes:              WaveSizes{CanarySize: 1, BatchSize: 5},
+		Concurrency:        1,
+		ReadinessTimeout:   5 * time.Minute,
+		DelayBetweenWaves:  30 * time.Second,
+		PersistAnnotations: DefaultPersistAnnotations,
+		FailurePolicy:      PolicyRollbackWave,
+		InconclusiveLimit:  3,
+		PrecheckRetry:      30 * time.Second,
+		RequiredPasses:     2,
+		AnalysisInterval:   30 * time.Second,
+	}
+}
+
+// WithDefaults fills in the zero values from DefaultConfig, except
+// DelayBetweenWaves, where zero means no delay.
 func (c Config) WithDefaults() Config {
+	def := DefaultConfig()
 	c.Sizes = c.Sizes.withDefaults()
 	if c.Concurrency <= 0 {
-		c.Concurrency = 1
+		c.Concurrency = def.Concurrency
 	}
-	c.ReadinessTimeout = durationOr(c.ReadinessTimeout, 5*time.Minute)
-	c.PrecheckRetry = durationOr(c.PrecheckRetry, 30*time.Second)
+	c.ReadinessTimeout = durationOr(c.ReadinessTimeout, def.ReadinessTimeout)
+	c.PrecheckRetry = durationOr(c.PrecheckRetry, def.PrecheckRetry)
 	if c.PersistAnnotations == nil {
-		c.PersistAnnotations = DefaultPersistAnnotations
+		c.PersistAnnotations = def.PersistAnnotations
 	}
 	if c.FailurePolicy == "" {
-		c.FailurePolicy = PolicyRollbackWave
+		c.FailurePolicy = def.FailurePolicy
 	}
 	if c.InconclusiveLimit <= 0 {
-		c.InconclusiveLimit = 3
+		c.InconclusiveLimit = def.InconclusiveLimit
 	}
 	if c.RequiredPasses <= 0 {
-		c.RequiredPasses = 1
+		c.RequiredPasses = def.RequiredPasses
 	}
-	c.AnalysisInterval = durationOr(c.AnalysisInterval, 30*time.Second)
+	c.AnalysisInterval = durationOr(c.AnalysisInterval, def.AnalysisInterval)
 	return c
 }
 
 // Input is everything a decision depends on.
 type Input struct {
 	Snapshot Snapshot
-	// Status is the recorded status; nil when there is none.
+	// Status is the recorded status; nil when there is none or it could not
+	// be read.
 	Status *Status
+	// StatusErr is why the recorded status could not be read (ParseStatus's
+	// error): the migration is then adopted from the move records.
+	StatusErr error
+	// Refused holds the Deployments whose last move patch the apiserver
+	// refused (an admission policy's 403 or 422, say), with its answer.
+	Refused map[string]string
 	// Verdicts are the gate results for WaveToVerify's wave, in chain
 	// order; nil when they were not evaluated.
 	Verdicts []Verdict
@@ -123,6 +149,11 @@ type Decision struct {
 // soon is the requeue for "look again as soon as the writes are visible".
 const soon = 100 * time.Millisecond
 
+// backstop is the requeue of a state that waits for the cluster to change
+// (a gate's verdicts, a patch to show up): the change's own event brings
+// the namespace back, and this only makes sure nothing is forgotten.
+const backstop = 10 * time.Second
+
 // Decide is the phase machine: from the recorded status, the snapshot and
 // the gate verdicts it computes the next status and the writes that get
 // there. It is pure: the same input gives the same decision.
@@ -140,9 +171,12 @@ type decider struct {
 	ns       string
 	settings NamespaceSettings
 	st       *Status
-	out      Decision
-	planned  *NamespacePlan
-	planKey  string
+	// inherited is the source label and revision of an unfinished
+	// migration this one replaces.
+	inherited *[2]string
+	out       Decision
+	planned   *NamespacePlan
+	planKey   string
 }
 
 func (d *decider) run() {
@@ -159,25 +193,31 @@ func (d *decider) run() {
 	}
 	d.st = prev.DeepCopy()
 	if d.st == nil || d.st.Target != settings.Target || d.st.Phase == PhaseStopped {
-		d.st = &Status{Phase: PhasePending, Target: settings.Target}
+		d.st = d.freshStatus(prev, settings.Target)
+	}
+	rev, resolved := d.snap.Mesh.Resolve(settings.Target)
+	if len(errs) == 0 && !resolved {
+		errs = append(errs, unresolvedTarget(d.ns, settings.Target))
+	}
+	adopted := false
+	if resolved {
+		if d.st.TargetRevision != "" && d.st.TargetRevision != rev && !terminal(d.st.Phase) {
+			// A tag was repointed mid-way: this is a migration to somewhere else.
+			d.event("", EventWarning, "TargetChanged", fmt.Sprintf("%s now resolves to %s instead of %s; starting over", settings.Target, rev, d.st.TargetRevision))
+			d.st = d.freshStatus(prev, settings.Target)
+		}
+		d.st.TargetRevision = rev
+		adopted = d.adoptIfNeeded()
 	}
 	if len(errs) > 0 {
 		d.blockInvalid(prev, errs)
-		d.finish(prev)
+		d.summarize(prev)
 		return
 	}
-	rev, ok := d.snap.Mesh.Resolve(settings.Target)
-	if !ok {
-		d.blockInvalid(prev, []InputError{unresolvedTarget(d.ns, settings.Target)})
-		d.finish(prev)
+	if adopted {
+		d.summarize(prev)
 		return
 	}
-	if d.st.TargetRevision != "" && d.st.TargetRevision != rev && !terminal(d.st.Phase) {
-		// A tag was repointed mid-way: this is a migration to somewhere else.
-		d.event("", EventWarning, "TargetChanged", fmt.Sprintf("%s now resolves to %s instead of %s; starting over", settings.Target, rev, d.st.TargetRevision))
-		d.st = &Status{Phase: PhasePending, Target: settings.Target}
-	}
-	d.st.TargetRevision = rev
 	if d.st.Phase == PhaseBlocked {
 		d.st.Phase = d.st.BlockedPhase
 		if d.st.Phase == "" {
@@ -195,18 +235,68 @@ func (d *decider) run() {
 	case PhaseRollingBack:
 		d.rollingBack()
 	case PhaseCompleted, PhaseRolledBack:
-		d.finished()
+		d.ended()
 	}
-	d.finish(prev)
+	d.summarize(prev)
+}
+
+// freshStatus starts a new migration's status. One that replaces an
+// unfinished migration to another target keeps that migration's source:
+// the workloads it had not moved yet still run it, and a rollback must
+// send them to a revision they ran, not to the abandoned target.
+func (d *decider) freshStatus(prev *Status, target string) *Status {
+	st := &Status{Phase: PhasePending, Target: target}
+	if prev != nil && prev.Wave > 0 && !terminal(prev.Phase) && prev.SourceRevision != "" {
+		d.inherited = &[2]string{prev.SourceLabel, prev.SourceRevision}
+	}
+	return st
+}
+
+// adoptIfNeeded replaces a status that cannot be decided from: one that
+// could not be read, or one the move records contradict. It reports
+// whether it did.
+func (d *decider) adoptIfNeeded() bool {
+	if err := d.in.StatusErr; err != nil && d.in.Status == nil {
+		d.event("", EventWarning, "StatusUnreadable", err.Error()+"; rebuilding it from the Deployments' move records")
+		ms := migrationsOnRecord(d.snap.Deployments, d.st.TargetRevision)
+		if len(ms) == 0 {
+			return false
+		}
+		d.adoptRecords(ms[0], EventWarning, "StatusAdopted", "the status could not be read")
+		return true
+	}
+	if d.in.Status == nil && d.in.StatusErr == nil {
+		// No status at all: lost, or never written. Records of a migration
+		// to this target mean it was under way.
+		if ms := migrationsOnRecord(d.snap.Deployments, d.st.TargetRevision); len(ms) > 0 {
+			d.adoptRecords(ms[0], EventWarning, "StatusAdopted", "the namespace has no status")
+			return true
+		}
+		return false
+	}
+	if m, why := recordConflict(d.snap.Deployments, d.st); why != "" {
+		d.adoptRecords(m, EventWarning, "StatusAdopted", "the status disagrees with the Deployments' move records: "+why)
+		return true
+	}
+	return false
 }
 
 // optedOut handles a namespace whose target annotation is gone: an
 // unfinished migration stops where it is; nothing is undone.
 func (d *decider) optedOut(prev *Status) {
-	if prev == nil || terminal(prev.Phase) {
+	if prev == nil || prev.Phase == PhaseStopped {
 		return
 	}
 	d.st = prev.DeepCopy()
+	if terminal(prev.Phase) {
+		// Removing the target of a finished migration lets the next opt-in
+		// start again (a retry after a rollback).
+		d.st.Phase = PhaseStopped
+		d.st.Reason = fmt.Sprintf("%s was removed after the migration ended %s: %s", AnnotationTargetRevision, prev.Phase, prev.Reason)
+		d.event("", EventNormal, "Stopped", d.st.Reason)
+		d.out.Status = d.st
+		return
+	}
 	d.st.Phase = PhaseStopped
 	d.st.BlockedPhase = ""
 	d.st.NextWaveAt = nil
@@ -279,14 +369,18 @@ func (d *decider) pending() {
 		d.event("", EventNormal, "Completed", st.Reason)
 		return
 	}
+	if d.settings.Paused {
+		// Paused before its first wave, it takes no slot and holds no one up.
+		st.Phase, st.Reason = PhasePaused, "paused by "+AnnotationPaused+" before the first wave"
+		st.PausedAt = timePtr(d.now)
+		d.event("", EventNormal, "Paused", st.Reason)
+		return
+	}
 	if ok, why := Admit(Peer{Name: d.ns, Priority: d.settings.Priority, Phase: PhasePending}, d.snap.Peers, d.cfg.Concurrency); !ok {
 		st.Phase, st.Reason = PhasePending, why
 		return
 	}
-	if d.settings.Paused {
-		st.Phase, st.Reason = PhasePaused, "paused by "+AnnotationPaused+" before the first wave"
-		st.PausedAt = timePtr(d.now)
-		d.event("", EventNormal, "Paused", st.Reason)
+	if d.continueOnRecord() {
 		return
 	}
 	st.Phase, st.Reason = PhaseMigrating, ""
@@ -316,16 +410,13 @@ func (d *decider) precheck() (reason string, retry bool, source, sourceRev strin
 	if !ok {
 		return fmt.Sprintf("namespace has no %s label; meshwave moves namespaces that select their revision with %s", LabelRev, LabelRev), false, "", ""
 	}
-	sourceRev, ok = d.snap.Mesh.Resolve(label)
-	if !ok {
+	labelRev, ok := d.snap.Mesh.Resolve(label)
+	if !ok && d.inherited == nil {
 		return fmt.Sprintf("its source revision %s=%s is not installed (no injector webhook configuration), so a rollback would have nowhere to go", LabelRev, label), true, "", ""
 	}
-	source = label
-	if sourceRev == d.st.TargetRevision {
-		// The label was switched by hand; the pods say where they come from.
-		if rev := d.podSourceRevision(); rev != "" {
-			source, sourceRev = rev, rev
-		}
+	source, sourceRev = d.source(label, labelRev)
+	if _, ok := d.snap.Mesh.Resolve(source); !ok {
+		return fmt.Sprintf("its source revision %s is not installed (no injector webhook configuration), so a rollback would have nowhere to go", source), true, "", ""
 	}
 	if rev, ok := d.snap.Mesh.Revisions[d.st.TargetRevision]; !ok || rev.ReadyIstiods == 0 {
 		return fmt.Sprintf("revision %s has no Ready istiod pod (%d pods)", d.st.TargetRevision, rev.Istiods), true, "", ""
@@ -342,6 +433,23 @@ func (d *decider) precheck() (reason string, retry bool, source, sourceRev strin
 		return fmt.Sprintf("nothing to migrate: no Deployment has an injected pod; %s stays %s", LabelRev, label), false, "", ""
 	}
 	return "", false, source, sourceRev
+}
+
+// source is what a rollback returns the namespace to: the source of an
+// unfinished migration this one replaces; else the revision most pods not
+// on the target run, when the label says otherwise and that revision is
+// installed (the label was switched by hand, or by a migration that was
+// abandoned); else the label.
+func (d *decider) source(label, labelRev string) (string, string) {
+	if d.inherited != nil {
+		return d.inherited[0], d.inherited[1]
+	}
+	if rev := d.podSourceRevision(); rev != "" && rev != labelRev {
+		if _, ok := d.snap.Mesh.Revisions[rev]; ok {
+			return rev, rev
+		}
+	}
+	return label, labelRev
 }
 
 // podSourceRevision is the revision most injected pods run, other than the
@@ -394,17 +502,28 @@ func (d *decider) warnings(plan NamespacePlan) []string {
 // it is computed again only when the migration, the wave or its members
 // changed in between.
 func (d *decider) plan() NamespacePlan {
-	members := map[string]bool{}
 	names := make([]string, 0, len(d.st.Workloads))
 	for _, m := range d.st.Workloads {
-		members[m.Name] = true
 		names = append(names, m.Name)
 	}
 	key := fmt.Sprintf("%s|%s|%d|%s", d.st.TargetRevision, d.st.MigrationID(), d.st.Wave, strings.Join(names, ","))
 	if d.planned != nil && d.planKey == key {
 		return *d.planned
 	}
-	p := PlanNamespace(d.ns, d.snap.Deployments, d.st.TargetRevision, d.st.MigrationID(), d.st.Wave, d.cfg.Sizes)
+	p := planRemaining(d.ns, d.snap.Deployments, d.st, d.cfg.Sizes)
+	d.planned, d.planKey = &p, key
+	return p
+}
+
+// planRemaining plans what a migration in status st has left: every
+// workload not yet moved by it, in waves, without the members of the wave
+// in flight. Both the engine and `meshwave plan` use it.
+func planRemaining(ns string, ws []Workload, st *Status, sizes WaveSizes) NamespacePlan {
+	members := map[string]bool{}
+	for _, m := range st.Workloads {
+		members[m.Name] = true
+	}
+	p := PlanNamespace(ns, ws, st.TargetRevision, st.MigrationID(), st.Wave, sizes)
 	var waves [][]Planned
 	for _, w := range p.Waves {
 		var keep []Planned
@@ -418,14 +537,13 @@ func (d *decider) plan() NamespacePlan {
 		}
 	}
 	p.Waves = waves
-	d.planned, d.planKey = &p, key
 	return p
 }
 
 func (d *decider) startWave(plan NamespacePlan) {
 	st := d.st
 	if len(plan.Waves) == 0 {
-		d.complete()
+		d.markCompleted()
 		return
 	}
 	st.Wave++
@@ -455,7 +573,6 @@ func (d *decider) migrating() {
 		d.startRollback(d.settings.Rollback, "requested with "+AnnotationRollback+"="+string(d.settings.Rollback))
 		return
 	}
-	d.ensureLabel(st.Target)
 	switch st.WaveState {
 	case WavePassed:
 		d.betweenWaves()
@@ -464,8 +581,6 @@ func (d *decider) migrating() {
 			return
 		}
 		d.judge()
-	default:
-		d.requeue(soon)
 	}
 }
 
@@ -477,44 +592,78 @@ func (d *decider) ensureLabel(value string) {
 
 // ensureMoves issues the patch of every member of the wave that has no
 // record of this move yet: after a restart of the agent between the status
-// write and the patches, exactly the missing ones are sent. It reports
-// whether any was issued.
+// write and the patches, exactly the missing ones are sent. A member that
+// now carries meshwave.io/skip is left where it is; one that is paused, or
+// whose patch the apiserver refused, fails the wave at once. It reports
+// whether it decided anything.
 func (d *decider) ensureMoves() bool {
 	st := d.st
 	byName := d.workloads()
 	kept := st.Workloads[:0]
 	issued := false
+	var failed []WorkloadState
+	var reasons []string
 	for _, m := range st.Workloads {
 		w, ok := byName[m.Name]
 		if !ok {
 			d.event("", EventWarning, "WorkloadGone", fmt.Sprintf("deployment %s left wave %d: it no longer exists", m.Name, st.Wave))
 			continue
 		}
+		if m.State == StateMoving || m.State == StateFailed {
+			if settings, _ := ParseWorkload(w.Namespace, w.Name, w.Annotations); settings.Skip {
+				m.State, m.Reason = StateSkipped, AnnotationSkip+" was set during wave "+fmt.Sprint(st.Wave)+": left where it is"
+				d.event(w.Name, EventNormal, "Skipped", m.Reason)
+			}
+		}
 		kept = append(kept, m)
 		if m.State != StateMoving {
 			continue
 		}
-		if r, ok := movedIn(w, st.MigrationID()); ok && r.Wave == st.Wave {
-			continue
+		r, moved := movedIn(w, st.MigrationID())
+		moved = moved && r.Wave == st.Wave
+		switch answer, refused := d.in.Refused[w.Name]; {
+		case w.Paused:
+			why := fmt.Sprintf("%s is paused (spec.paused): it does not roll out", w.Name)
+			failed, reasons = append(failed, WorkloadState{Name: w.Name, State: StateFailed, Reason: why}), append(reasons, why)
+		case refused && !moved:
+			why := fmt.Sprintf("the apiserver refused to restart %s: %s", w.Name, answer)
+			failed, reasons = append(failed, WorkloadState{Name: w.Name, State: StateFailed, Reason: why}), append(reasons, why)
+		case !moved:
+			rec := MoveRecord{Revision: st.TargetRevision, From: st.SourceRevision, SourceLabel: st.sourceLabelOnRecord(), Wave: st.Wave, At: d.now, Migration: st.MigrationID()}
+			d.addMove(w, rec, fmt.Sprintf("moving to %s in wave %d", st.TargetRevision, st.Wave))
+			issued = true
 		}
-		rec := MoveRecord{Revision: st.TargetRevision, From: st.SourceRevision, Wave: st.Wave, At: d.now, Migration: st.MigrationID()}
-		d.addMove(w, rec, fmt.Sprintf("moving to %s in wave %d", st.TargetRevision, st.Wave))
-		issued = true
 	}
 	st.Workloads = kept
-	if len(kept) == 0 && st.WaveState == WaveVerifying {
+	if len(failed) > 0 {
+		d.out.Moves, d.out.Events = nil, withoutRestarts(d.out.Events)
+		d.waveFailed(Verdict{Gate: gateRestart, Result: ResultFail, Reason: strings.Join(reasons, "; "), Failed: failed, At: d.now})
+		return true
+	}
+	if d.countMembers(StateMoving) == 0 && st.WaveState == WaveVerifying {
 		d.wavePassed()
 		return true
 	}
 	return issued
 }
 
-func (d *decider) addMove(w Workload, rec MoveRecord, message string) {
-	patch, err := MovePatch(w, PersistedSettings(w, d.cfg.PersistAnnotations), rec)
-	if err != nil {
-		// A record always marshals; nothing a person wrote reaches here.
-		panic(fmt.Sprintf("canary: move patch for %s/%s: %v", w.Namespace, w.Name, err))
+// gateRestart names the step that restarts a wave's workloads, in the
+// verdicts and failures it causes.
+const gateRestart = "restart"
+
+// withoutRestarts drops the Restarted events of moves that are not sent.
+func withoutRestarts(events []Event) []Event {
+	var out []Event
+	for _, e := range events {
+		if e.Reason != "Restarted" {
+			out = append(out, e)
+		}
 	}
+	return out
+}
+
+func (d *decider) addMove(w Workload, rec MoveRecord, message string) {
+	patch := MovePatch(w, PersistedSettings(w, d.cfg.PersistAnnotations), rec)
 	d.out.Moves = append(d.out.Moves, Move{Workload: w.Name, Record: rec, Patch: patch})
 	d.event(w.Name, EventNormal, "Restarted", message)
 }
@@ -532,10 +681,10 @@ func (d *decider) judge() {
 	st := d.st
 	verdicts := d.in.Verdicts
 	if verdicts == nil {
-		d.requeue(soon)
+		d.requeue(backstop)
 		return
 	}
-	v, notPassed := First(verdicts)
+	v, notPassed := FirstNotPassed(verdicts)
 	if !notPassed || v.Analysis {
 		// Every gate before the metric checks passed: the wave is up, and
 		// its bake time counts from the first time that is seen. Those
@@ -767,7 +916,7 @@ func (d *decider) wavePassed() {
 	}
 	d.event("", EventNormal, "WavePassed", msg)
 	if d.plan().Remaining() == 0 {
-		d.complete()
+		d.markCompleted()
 		return
 	}
 	st.NextWaveAt = timePtr(d.now.Add(d.cfg.DelayBetweenWaves))
@@ -791,7 +940,8 @@ func (d *decider) betweenWaves() {
 	d.startWave(d.plan())
 }
 
-func (d *decider) complete() {
+// markCompleted ends the migration: every workload it concerns moved.
+func (d *decider) markCompleted() {
 	st := d.st
 	st.Phase = PhaseCompleted
 	st.WaveState, st.NextWaveAt, st.Analysis = "", nil, nil
@@ -901,13 +1051,18 @@ func (d *decider) rollbackMembers() []Workload {
 	return RollbackMembers(d.snap, d.st)
 }
 
-// RollbackMembers lists the workloads a rollback in progress returns.
+// RollbackMembers lists the workloads a rollback in progress returns. A
+// workload that carries meshwave.io/skip, or is paused, is left where it
+// is: meshwave never touches the one, and the other would not roll.
 func RollbackMembers(snap Snapshot, st *Status) []Workload {
 	var out []Workload
 	id := st.MigrationID()
 	for _, w := range sortedWorkloads(snap.Deployments) {
 		r, ok := ReadMoveRecord(w.Annotations)
 		if !ok || r.Migration != id || id == "" {
+			continue
+		}
+		if settings, _ := ParseWorkload(w.Namespace, w.Name, w.Annotations); settings.Skip || w.Paused {
 			continue
 		}
 		if st.Rollback == RollbackAll || r.Wave == st.Wave {
@@ -919,10 +1074,10 @@ func RollbackMembers(snap Snapshot, st *Status) []Workload {
 
 func (d *decider) rollingBack() {
 	st := d.st
-	d.ensureLabel(st.SourceLabel)
 	members := d.rollbackMembers()
 	issued := false
 	st.Workloads = nil
+	var refused []string
 	for _, w := range members {
 		if len(st.Workloads) < maxListed {
 			st.Workloads = append(st.Workloads, WorkloadState{Name: w.Name, State: StateRolledBack})
@@ -931,19 +1086,36 @@ func (d *decider) rollingBack() {
 		if !ok {
 			continue // already rolled back
 		}
-		rec := MoveRecord{Revision: st.SourceRevision, From: st.TargetRevision, Wave: fwd.Wave, At: d.now, Rollback: true, Migration: st.MigrationID()}
+		if answer, ok := d.in.Refused[w.Name]; ok {
+			refused = append(refused, fmt.Sprintf("the apiserver refused to restart %s: %s", w.Name, answer))
+			continue
+		}
+		rec := MoveRecord{Revision: st.SourceRevision, From: st.TargetRevision, SourceLabel: st.sourceLabelOnRecord(), Wave: fwd.Wave, At: d.now, Rollback: true, Migration: st.MigrationID()}
 		d.addMove(w, rec, fmt.Sprintf("rolling back to %s", st.SourceRevision))
 		issued = true
+	}
+	if len(refused) > 0 {
+		d.pause(fmt.Sprintf("rollback to %s did not complete: %s", st.SourceRevision, strings.Join(refused, "; ")))
+		return
 	}
 	if issued {
 		return
 	}
-	verdicts := d.in.Verdicts
-	if verdicts == nil {
-		d.requeue(soon)
+	if len(members) == 0 {
+		// Nothing of this migration is left to return: every member is
+		// gone, skipped or paused.
+		st.Phase, st.WaveState = PhaseRolledBack, ""
+		st.CompletedAt = timePtr(d.now)
+		st.Reason = fmt.Sprintf("rolled back 0 workloads to %s (none of this migration's workloads is left to return): %s", st.SourceRevision, st.Reason)
+		d.event("", EventWarning, "RolledBack", st.Reason)
 		return
 	}
-	v, notPassed := First(verdicts)
+	verdicts := d.in.Verdicts
+	if verdicts == nil {
+		d.requeue(backstop)
+		return
+	}
+	v, notPassed := FirstNotPassed(verdicts)
 	if notPassed && v.Result == ResultPending {
 		d.requeue(v.RetryAfter)
 		return
@@ -977,9 +1149,9 @@ func (d *decider) rollingBack() {
 	}
 }
 
-// finished handles the terminal phases: a rollback can still be asked of a
+// ended handles the terminal phases: a rollback can still be asked of a
 // completed migration.
-func (d *decider) finished() {
+func (d *decider) ended() {
 	if d.settings.Rollback == RollbackNone {
 		return
 	}
@@ -994,9 +1166,27 @@ func (d *decider) finished() {
 // maxListed bounds the workload list of a rollback of everything.
 const maxListed = 20
 
-// finish fills in the counts and decides whether the status changed.
-func (d *decider) finish(prev *Status) {
+// ownedLabel is the istio.io/rev value the namespace must carry while
+// meshwave owns it, or "" when it owns no label: before the first wave,
+// while blocked, and once opted out. A label a person removed or changed
+// is put back.
+func (s *Status) ownedLabel() string {
+	switch {
+	case s.Phase == PhaseRollingBack || s.Phase == PhaseRolledBack || (s.Phase == PhasePaused && s.WaveState == WaveRollingBack):
+		return s.SourceLabel
+	case s.Phase == PhaseCompleted:
+		return s.Target
+	case s.Wave > 0 && (s.Phase == PhaseMigrating || s.Phase == PhaseAnalyzing || s.Phase == PhasePaused):
+		return s.Target
+	}
+	return ""
+}
+
+// summarize fills in the counts and totals and decides whether the status
+// changed.
+func (d *decider) summarize(prev *Status) {
 	st := d.st
+	d.ensureLabel(st.ownedLabel())
 	p := d.plan()
 	c := Counts{Skipped: len(p.Excluded), Pending: p.Remaining()}
 	inWave := map[string]bool{}
@@ -1073,7 +1263,7 @@ func Admit(self Peer, peers []Peer, concurrency int) (bool, string) {
 		if p.Name == self.Name {
 			continue
 		}
-		if holdsSlot(p.Phase) {
+		if p.HoldsSlot {
 			active = append(active, p.Name)
 			continue
 		}

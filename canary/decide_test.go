@@ -22,6 +22,13 @@ type sim struct {
 	patches map[string]int
 	events  []Event
 	last    Decision
+	// raw, when set, is the status annotation as a person or an older
+	// writer left it, read back as the agent reads it.
+	raw *string
+	// refused are the move patches the apiserver refuses, with its answer;
+	// answers are the refusals of the last decision's patches, which the
+	// next decision is told about, as the agent does.
+	refused, answers map[string]string
 }
 
 func newSim(t *testing.T, ws ...Workload) *sim {
@@ -31,7 +38,12 @@ func newSim(t *testing.T, ws ...Workload) *sim {
 // decide runs one decision with the given verdicts and applies it.
 func (s *sim) decide(verdicts []Verdict) Decision {
 	s.t.Helper()
-	d := Decide(Input{Snapshot: s.snap, Status: s.status, Verdicts: verdicts, Now: s.now, Config: s.cfg})
+	in := Input{Snapshot: s.snap, Status: s.status, Verdicts: verdicts, Now: s.now, Config: s.cfg}
+	if s.raw != nil {
+		in.Status, _, in.StatusErr = ParseStatus(map[string]string{AnnotationStatus: *s.raw})
+	}
+	in.Refused, s.answers = s.answers, nil
+	d := Decide(in)
 	s.apply(d)
 	s.last = d
 	return d
@@ -39,7 +51,12 @@ func (s *sim) decide(verdicts []Verdict) Decision {
 
 func (s *sim) apply(d Decision) {
 	if d.Status != nil {
-		s.status = d.Status.DeepCopy()
+		// Every status meshwave writes is one it reads back as valid.
+		raw, err := d.Status.Encode()
+		require.NoError(s.t, err)
+		back, _, err := ParseStatus(map[string]string{AnnotationStatus: raw})
+		require.NoError(s.t, err, "the status written reads back: %s", raw)
+		s.status, s.raw = back, nil
 	}
 	if d.SetPaused {
 		s.snap.Namespace.Annotations[AnnotationPaused] = "true"
@@ -51,6 +68,13 @@ func (s *sim) apply(d Decision) {
 		s.snap.Namespace.Labels[LabelRev] = d.Label
 	}
 	for _, m := range d.Moves {
+		if answer, ok := s.refused[m.Workload]; ok {
+			if s.answers == nil {
+				s.answers = map[string]string{}
+			}
+			s.answers[m.Workload] = answer
+			continue
+		}
 		s.patches[m.Workload]++
 		for i := range s.snap.Deployments {
 			w := &s.snap.Deployments[i]
@@ -318,14 +342,14 @@ func TestAdmit(t *testing.T) {
 		why         string
 	}{
 		{"alone it starts", nil, 1, true, ""},
-		{"a migrating namespace holds the only slot", []Peer{{Name: "shop", Priority: 10, Phase: PhaseMigrating}}, 1, false, "waiting for a free slot: 1 of 1 in use by shop"},
-		{"a paused namespace holds its slot", []Peer{{Name: "shop", Priority: 30, Phase: PhasePaused}}, 1, false, "waiting for a free slot: 1 of 1 in use by shop"},
+		{"a migrating namespace holds the only slot", []Peer{{Name: "shop", Priority: 10, Phase: PhaseMigrating, HoldsSlot: true}}, 1, false, "waiting for a free slot: 1 of 1 in use by shop"},
+		{"a paused namespace holds its slot", []Peer{{Name: "shop", Priority: 30, Phase: PhasePaused, HoldsSlot: true}}, 1, false, "waiting for a free slot: 1 of 1 in use by shop"},
 		{"a pending namespace of lower priority value goes first", []Peer{{Name: "shop", Priority: 10, Phase: PhasePending}}, 1, false, "waiting for its turn: shop (priority 10) go first"},
 		{"equal priority goes by name", []Peer{{Name: "alpha", Priority: 20}}, 1, false, "waiting for its turn: alpha (priority 20) go first"},
 		{"later namespaces do not hold it up", []Peer{{Name: "zoo", Priority: 20}, {Name: "web", Priority: 50}}, 1, true, ""},
 		{"completed, blocked and rolled back namespaces hold no slot", []Peer{{Name: "a", Priority: 1, Phase: PhaseCompleted}, {Name: "b", Priority: 1, Phase: PhaseBlocked}, {Name: "c", Priority: 1, Phase: PhaseRolledBack}}, 1, true, ""},
-		{"with two slots it starts beside one migration", []Peer{{Name: "shop", Priority: 10, Phase: PhaseMigrating}}, 2, true, ""},
-		{"with two slots, one taken and one earlier pending, it waits", []Peer{{Name: "shop", Priority: 10, Phase: PhaseMigrating}, {Name: "blog", Priority: 5}}, 2, false, "waiting for its turn: blog (priority 5) go first"},
+		{"with two slots it starts beside one migration", []Peer{{Name: "shop", Priority: 10, Phase: PhaseMigrating, HoldsSlot: true}}, 2, true, ""},
+		{"with two slots, one taken and one earlier pending, it waits", []Peer{{Name: "shop", Priority: 10, Phase: PhaseMigrating, HoldsSlot: true}, {Name: "blog", Priority: 5}}, 2, false, "waiting for its turn: blog (priority 5) go first"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -338,7 +362,7 @@ func TestAdmit(t *testing.T) {
 
 func TestANamespaceWaitingForItsTurnStaysPending(t *testing.T) {
 	s := newSim(t, deploy("a"))
-	s.snap.Peers = []Peer{{Name: "cart", Priority: 10, Phase: PhaseMigrating}}
+	s.snap.Peers = []Peer{{Name: "cart", Priority: 10, Phase: PhaseMigrating, HoldsSlot: true}}
 	d := s.decide(nil)
 	assert.Equal(t, PhasePending, d.Status.Phase)
 	assert.Equal(t, "waiting for a free slot: 1 of 1 in use by cart", d.Status.Reason)
@@ -571,7 +595,7 @@ func TestManualRollbackOfTheWaveInFlight(t *testing.T) {
 
 func TestARollbackRequestBeforeAnyWaveIsIgnored(t *testing.T) {
 	s := newSim(t, deploy("a"))
-	s.snap.Peers = []Peer{{Name: "cart", Priority: 1, Phase: PhaseMigrating}}
+	s.snap.Peers = []Peer{{Name: "cart", Priority: 1, Phase: PhaseMigrating, HoldsSlot: true}}
 	s.snap.Namespace.Annotations[AnnotationRollback] = "all"
 	d := s.decide(nil)
 	assert.True(t, d.ClearRollback)

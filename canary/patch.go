@@ -76,11 +76,7 @@ func PersistedSettings(w Workload, allow []string) TemplateChanges {
 // Deployment rolls, and records the move on the Deployment. It carries the
 // resourceVersion the settings were computed from, so a concurrent change
 // makes it fail with a conflict instead of writing stale settings.
-func MovePatch(w Workload, changes TemplateChanges, record MoveRecord) ([]byte, error) {
-	rec, err := json.Marshal(record)
-	if err != nil {
-		return nil, err
-	}
+func MovePatch(w Workload, changes TemplateChanges, record MoveRecord) []byte {
 	annotations := map[string]string{}
 	for k, v := range changes.Annotations {
 		annotations[k] = v
@@ -90,14 +86,16 @@ func MovePatch(w Workload, changes TemplateChanges, record MoveRecord) ([]byte, 
 	if len(changes.Labels) > 0 {
 		templateMeta["labels"] = changes.Labels
 	}
-	meta := map[string]any{"annotations": map[string]string{AnnotationMove: string(rec)}}
+	meta := map[string]any{"annotations": map[string]string{AnnotationMove: record.Encode()}}
 	if w.ResourceVersion != "" {
 		meta["resourceVersion"] = w.ResourceVersion
 	}
-	return json.Marshal(map[string]any{
+	// Maps of strings always marshal.
+	patch, _ := json.Marshal(map[string]any{
 		"metadata": meta,
 		"spec":     map[string]any{"template": map[string]any{"metadata": templateMeta}},
 	})
+	return patch
 }
 
 // restartStamp formats at as kubectl rollout restart does. A stamp equal to

@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 )
 
 // meshV1Pod is a pod as the Mesh v1 webhook leaves it.
@@ -66,13 +65,12 @@ func TestPersistedSettings(t *testing.T) {
 
 func TestMovePatchIsOneMergePatchWithSettingsRestartAndRecord(t *testing.T) {
 	w := deploy("backend", meshV1Pod, func(w *Workload) { delete(w.TemplateLabels, "app") })
-	rec := MoveRecord{Revision: "1-26", From: "1-25", Wave: 2, At: t0, Migration: "1-26@2026-11-29T11:00:00Z"}
-	patch, err := MovePatch(w, PersistedSettings(w, DefaultPersistAnnotations), rec)
-	require.NoError(t, err)
+	rec := MoveRecord{Revision: "1-26", From: "1-25", SourceLabel: "stable", Wave: 2, At: t0, Migration: "1-26@2026-11-29T11:00:00Z"}
+	patch := MovePatch(w, PersistedSettings(w, DefaultPersistAnnotations), rec)
 	assert.JSONEq(t, `{
 	  "metadata": {
 	    "resourceVersion": "100",
-	    "annotations": {"meshwave.io/move": "{\"revision\":\"1-26\",\"from\":\"1-25\",\"wave\":2,\"at\":\"2026-11-29T12:00:00Z\",\"migration\":\"1-26@2026-11-29T11:00:00Z\"}"}
+	    "annotations": {"meshwave.io/move": "{\"revision\":\"1-26\",\"from\":\"1-25\",\"sourceLabel\":\"stable\",\"wave\":2,\"at\":\"2026-11-29T12:00:00Z\",\"migration\":\"1-26@2026-11-29T11:00:00Z\"}"}
 	  },
 	  "spec": {"template": {"metadata": {
 	    "labels": {"app": "backend"},

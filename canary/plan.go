@@ -43,9 +43,6 @@ func (p NamespacePlan) Remaining() int {
 	return n
 }
 
-// Eligible counts every workload the migration concerns: moved and remaining.
-func (p NamespacePlan) Eligible() int { return len(p.Moved) + p.Remaining() }
-
 // WaveSizes configures how waves are cut.
 type WaveSizes struct {
 	// CanarySize is the size of the first wave; default 1.
@@ -93,6 +90,10 @@ func PlanNamespace(ns string, deployments []Workload, targetRevision, migration 
 		}
 		if _, ok := movedIn(w, migration); ok {
 			plan.Moved = append(plan.Moved, w.Name)
+			continue
+		}
+		if w.Paused {
+			plan.Excluded = append(plan.Excluded, Exclusion{w.Name, "paused (spec.paused): a restart would not roll out"})
 			continue
 		}
 		pods := w.livePods()
@@ -149,7 +150,8 @@ type PlanInput struct {
 }
 
 // PlanWaves plans every opted-in namespace, in the order they migrate:
-// meshwave.io/priority, then name. Namespaces whose annotations are invalid
+// meshwave.io/priority, then name, with the engine's own planner: what a
+// migration under way has left, without the wave in flight. Namespaces whose annotations are invalid
 // or whose target resolves to nothing get a plan with no waves and the
 // problem as an exclusion of the whole namespace.
 func PlanWaves(inputs []PlanInput, sizes WaveSizes) []NamespacePlan {
@@ -169,11 +171,12 @@ func PlanWaves(inputs []PlanInput, sizes WaveSizes) []NamespacePlan {
 			plans = append(plans, plan)
 			continue
 		}
-		migration, wavesRun := "", 0
-		if st := in.Status; st != nil && st.Target == settings.Target && !terminal(st.Phase) {
-			migration, wavesRun = st.MigrationID(), st.Wave
+		st := &Status{Target: settings.Target, TargetRevision: rev}
+		if in.Status != nil && in.Status.Target == settings.Target && in.Status.TargetRevision == rev && !terminal(in.Status.Phase) {
+			st = in.Status
 		}
-		p := PlanNamespace(s.Namespace.Name, s.Deployments, rev, migration, wavesRun, sizes)
+		p := planRemaining(s.Namespace.Name, s.Deployments, st, sizes)
+		p.TargetRevision = rev
 		p.Priority, p.Target = settings.Priority, settings.Target
 		plans = append(plans, p)
 	}

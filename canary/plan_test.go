@@ -81,8 +81,8 @@ func TestPlanNamespace(t *testing.T) {
 }
 
 func TestPlanNamespaceCountsThisMigrationsMovesAsMoved(t *testing.T) {
-	moved := deploy("a", onRevision("1-26"), ann(AnnotationMove, `{"revision":"1-26","wave":1,"migration":"1-26@2026-11-29T12:00:00Z"}`))
-	earlier := deploy("b", onRevision("1-26"), ann(AnnotationMove, `{"revision":"1-26","wave":1,"migration":"1-26@2026-01-01T00:00:00Z"}`))
+	moved := deploy("a", onRevision("1-26"), ann(AnnotationMove, `{"revision":"1-26","wave":1,"at":"2026-11-29T12:00:00Z","migration":"1-26@2026-11-29T12:00:00Z"}`))
+	earlier := deploy("b", onRevision("1-26"), ann(AnnotationMove, `{"revision":"1-26","wave":1,"at":"2026-01-01T00:00:00Z","migration":"1-26@2026-01-01T00:00:00Z"}`))
 	p := PlanNamespace("shop", []Workload{moved, earlier, deploy("c")}, "1-26", "1-26@2026-11-29T12:00:00Z", 1, WaveSizes{})
 	assert.Equal(t, []string{"a"}, p.Moved)
 	assert.Equal(t, []Exclusion{{"b", "already on 1-26"}}, p.Excluded)
@@ -120,4 +120,30 @@ func TestPlanWavesResolvesTags(t *testing.T) {
 	plans := PlanWaves([]PlanInput{{Snapshot: s}}, WaveSizes{})
 	assert.Equal(t, "1-26", plans[0].TargetRevision)
 	assert.Equal(t, [][]string{{"a"}}, waveNames(plans[0]))
+}
+
+func TestGatewaysAreRecognisedWhereverIstioMarksThem(t *testing.T) {
+	tmplLabel := func(k, v string) wopt { return func(w *Workload) { w.TemplateLabels[k] = v } }
+	tmplAnn := func(k, v string) wopt { return func(w *Workload) { w.TemplateAnnotations[k] = v } }
+	tests := []struct {
+		name   string
+		marker wopt
+		reason string
+	}{
+		{"the operator component on the Deployment", label("operator.istio.io/component", "IngressGateways"), "gateway (operator.istio.io/component=IngressGateways)"},
+		{"the operator component on the pod template only", tmplLabel("operator.istio.io/component", "EgressGateways"), "gateway (operator.istio.io/component=EgressGateways)"},
+		{"the gateway injection template", tmplAnn(AnnotationTemplates, "gateway"), "gateway (inject.istio.io/templates=gateway)"},
+		{"Istio's gateway label on the pod template", tmplLabel("istio", "ingressgateway"), "gateway (istio=ingressgateway)"},
+		{"a Gateway API gateway's pods", tmplLabel("gateway.networking.k8s.io/gateway-name", "public"), "gateway (gateway.networking.k8s.io/gateway-name)"},
+		{"a gateway managed by istiod", tmplLabel("gateway.istio.io/managed", "istio.io-gateway-controller"), "gateway (gateway.istio.io/managed)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := PlanNamespace("shop", []Workload{deploy("gw", tt.marker)}, "1-26", "", 0, WaveSizes{})
+			assert.Empty(t, p.Waves)
+			assert.Equal(t, []Exclusion{{"gw", tt.reason}}, p.Excluded)
+		})
+	}
+	p := PlanNamespace("shop", []Workload{deploy("app", tmplLabel("istio", "app"))}, "1-26", "", 0, WaveSizes{})
+	assert.Equal(t, [][]string{{"app"}}, waveNames(p), "an ordinary workload is planned")
 }

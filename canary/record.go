@@ -2,18 +2,27 @@ package canary
 
 import (
 	"encoding/json"
+	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+	sigsjson "sigs.k8s.io/json"
 )
 
 // MoveRecord is what meshwave writes on a Deployment each time it moves it,
 // in the annotation meshwave.io/move, in the same patch as the restart. A
 // restarted agent reads it to know the move happened, so no workload is
-// restarted twice for the same wave.
+// restarted twice for the same wave; an agent that lost the namespace's
+// status adopts the migration from these records.
 type MoveRecord struct {
 	// Revision is the revision the workload was moved to.
 	Revision string `json:"revision"`
 	// From is the revision it was moved from.
 	From string `json:"from,omitempty"`
+	// SourceLabel is the migration's source as the istio.io/rev value a
+	// rollback puts back (a tag, say), when it is not the source revision's
+	// own name.
+	SourceLabel string `json:"sourceLabel,omitempty"`
 	// Wave is the 1-based wave of the migration that moved it.
 	Wave int `json:"wave"`
 	// At is when the restart was requested.
@@ -31,19 +40,58 @@ func MigrationID(targetRevision string, startedAt time.Time) string {
 	return targetRevision + "@" + startedAt.UTC().Format(time.RFC3339)
 }
 
-// ReadMoveRecord returns the record on a Deployment, if any. An unreadable
-// record counts as none: meshwave wrote it, and the pods' sidecar status
-// remains the truth about where the workload is.
+// ParseMigrationID splits a migration ID into its target revision and
+// start time.
+func ParseMigrationID(id string) (string, time.Time, bool) {
+	i := strings.LastIndex(id, "@")
+	if i <= 0 {
+		return "", time.Time{}, false
+	}
+	at, err := time.Parse(time.RFC3339, id[i+1:])
+	if err != nil {
+		return "", time.Time{}, false
+	}
+	return id[:i], at, true
+}
+
+// ReadMoveRecord returns the record on a Deployment, if any. A record that
+// is not exactly what meshwave writes counts as none: the pods' sidecar
+// status remains the truth about where the workload is, and a workload
+// whose pods all run the target is never planned again.
 func ReadMoveRecord(annotations map[string]string) (MoveRecord, bool) {
 	raw, ok := annotations[AnnotationMove]
 	if !ok {
 		return MoveRecord{}, false
 	}
 	var r MoveRecord
-	if err := json.Unmarshal([]byte(raw), &r); err != nil {
+	strict, err := sigsjson.UnmarshalStrict([]byte(raw), &r)
+	if err != nil || len(strict) > 0 || !r.valid() {
 		return MoveRecord{}, false
 	}
 	return r, true
+}
+
+func (r MoveRecord) valid() bool {
+	rev, _, ok := ParseMigrationID(r.Migration)
+	if !ok || r.Wave < 1 || r.Wave > maxWaves || r.At.IsZero() {
+		return false
+	}
+	for _, v := range []string{r.Revision, r.From, r.SourceLabel, rev} {
+		if len(validation.IsValidLabelValue(v)) > 0 {
+			return false
+		}
+	}
+	// A forward move goes to the migration's target; a rollback comes from it.
+	if r.Rollback {
+		return r.From == rev && r.Revision != ""
+	}
+	return r.Revision == rev
+}
+
+// Encode renders the record as the annotation value.
+func (r MoveRecord) Encode() string {
+	raw, _ := json.Marshal(r)
+	return string(raw)
 }
 
 // movedIn reports whether w carries a record of a forward move made by the

@@ -35,9 +35,12 @@ type Workload struct {
 	TemplateLabels      map[string]string
 	TemplateAnnotations map[string]string
 	Replicas            int32
-	Generation          int64
-	Status              DeploymentStatus
-	Pods                []Pod
+	// Paused is the Deployment's spec.paused: a paused Deployment does not
+	// roll out a new template.
+	Paused     bool
+	Generation int64
+	Status     DeploymentStatus
+	Pods       []Pod
 	// HasPDB is true when a PodDisruptionBudget selects its pods.
 	HasPDB bool
 }
@@ -106,6 +109,24 @@ type Peer struct {
 	Name     string
 	Priority int
 	Phase    Phase
+	// HoldsSlot is true while it counts against the concurrency limit.
+	HoldsSlot bool
+}
+
+// PeerOf reads another namespace's place in the queue from its
+// annotations; ok is false when it has not opted in. A namespace with no
+// status, an unreadable one, or one about another target waits as
+// Pending.
+func PeerOf(name string, annotations map[string]string) (Peer, bool) {
+	if _, ok := annotations[AnnotationTargetRevision]; !ok {
+		return Peer{}, false
+	}
+	settings, _ := ParseNamespace(name, annotations)
+	p := Peer{Name: name, Priority: settings.Priority, Phase: PhasePending}
+	if st, ok, err := ParseStatus(annotations); ok && err == nil && st.Target == settings.Target {
+		p.Phase, p.HoldsSlot = st.Phase, st.HoldsSlot()
+	}
+	return p, true
 }
 
 // sidecarStatus is the part of Istio's sidecar.istio.io/status meshwave reads.
@@ -147,8 +168,10 @@ func (w Workload) livePods() []Pod {
 // the runbook's test (the operator component label ending in Gateways, or a
 // gateway injection template) and the labels Istio's gateway installs use.
 func gatewayReason(w Workload) string {
-	if c := w.Labels["operator.istio.io/component"]; strings.HasSuffix(c, "Gateways") {
-		return "gateway (operator.istio.io/component=" + c + ")"
+	for _, labels := range []map[string]string{w.Labels, w.TemplateLabels} {
+		if c := labels["operator.istio.io/component"]; strings.HasSuffix(c, "Gateways") {
+			return "gateway (operator.istio.io/component=" + c + ")"
+		}
 	}
 	if t := w.TemplateAnnotations[AnnotationTemplates]; strings.Contains(t, "gateway") {
 		return "gateway (inject.istio.io/templates=" + t + ")"

@@ -2,8 +2,13 @@ package canary
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"slices"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+	sigsjson "sigs.k8s.io/json"
 )
 
 // Phase is where a namespace's migration stands.
@@ -36,16 +41,41 @@ const (
 var Phases = []Phase{PhasePending, PhaseBlocked, PhaseMigrating, PhaseAnalyzing, PhasePaused,
 	PhaseRollingBack, PhaseRolledBack, PhaseCompleted, PhaseStopped}
 
-// holdsSlot reports whether a namespace in phase p counts against the
-// concurrency limit. A paused migration holds its slot: it stopped half-way
-// and needs a person before anything else moves.
-func holdsSlot(p Phase) bool {
+// HoldsSlot reports whether a namespace whose status is s counts against
+// the concurrency limit: from its first wave until the migration ends,
+// paused or blocked included, since it stopped half-way and needs a
+// person before anything else moves. A namespace paused or blocked before
+// its first wave holds none.
+func (s *Status) HoldsSlot() bool {
+	if s == nil || s.Wave == 0 {
+		return false
+	}
+	p := s.Phase
+	if p == PhaseBlocked {
+		p = s.BlockedPhase
+	}
 	switch p {
 	case PhaseMigrating, PhaseAnalyzing, PhasePaused, PhaseRollingBack:
 		return true
 	}
 	return false
 }
+
+// MayTakeSlot reports whether deciding on a namespace whose status is s
+// might start a migration, and so take a concurrency slot: the agent
+// serialises those decisions. A migration under way or finished never
+// takes one (a rollback asked of a finished one never waits for one).
+func MayTakeSlot(s *Status) bool {
+	return !s.HoldsSlot() && (s == nil || !terminal(s.Phase))
+}
+
+// TakesSlot reports whether writing next over prev starts a migration.
+func TakesSlot(prev, next *Status) bool {
+	return !prev.HoldsSlot() && next.HoldsSlot()
+}
+
+// Terminal reports whether a phase ends the migration.
+func Terminal(p Phase) bool { return terminal(p) }
 
 // terminal reports whether a phase ends the migration.
 func terminal(p Phase) bool {
@@ -72,7 +102,10 @@ const (
 	WaveVerifying WaveState = "Verifying"
 	// WavePassed: every gate passed; the next wave waits for its delay.
 	WavePassed WaveState = "Passed"
-	// WaveFailed: a gate failed and the namespace paused.
+	// WaveFailed: the wave did not pass and the namespace paused: a gate
+	// failed under the Pause policy (or over maxFailedPercent under
+	// Continue), or a gate was inconclusive inconclusiveLimit times in a
+	// row.
 	WaveFailed WaveState = "Failed"
 	// WaveRollingBack: the wave's workloads are returning to the source.
 	WaveRollingBack WaveState = "RollingBack"
@@ -191,16 +224,141 @@ type AnalysisState struct {
 }
 
 // ParseStatus reads the status annotation; ok is false when there is none.
+// The status is input like any other: a person may have edited it, or an
+// older writer left it. It must be meshwave's JSON with its keys spelt
+// exactly (no unknown, misspelt or duplicate key) and values that make
+// sense (Validate). An error means the status cannot be trusted: the
+// decider then adopts the migration from the Deployments' move records.
 func ParseStatus(annotations map[string]string) (*Status, bool, error) {
 	raw, ok := annotations[AnnotationStatus]
 	if !ok {
 		return nil, false, nil
 	}
 	var s Status
-	if err := json.Unmarshal([]byte(raw), &s); err != nil {
+	strict, err := sigsjson.UnmarshalStrict([]byte(raw), &s)
+	if err != nil {
 		return nil, true, fmt.Errorf("%s is not meshwave's status JSON: %w", AnnotationStatus, err)
 	}
+	if len(strict) > 0 {
+		return nil, true, fmt.Errorf("%s is not meshwave's status JSON: %w", AnnotationStatus, errors.Join(strict...))
+	}
+	if err := s.Validate(); err != nil {
+		return nil, true, fmt.Errorf("%s: %w", AnnotationStatus, err)
+	}
 	return &s, true, nil
+}
+
+// Bounds of the numbers a status may hold.
+const (
+	maxWaves     = 1_000_000
+	maxWorkloads = 1_000_000
+	// maxMembers bounds a wave's member list: batchSize is at most 500.
+	maxMembers = 500
+)
+
+var waveStates = []WaveState{"", WaveVerifying, WavePassed, WaveFailed, WaveRollingBack}
+
+var workloadStates = []string{StatePending, StateMoving, StateMoved, StateFailed, StateSkipped, StateRolledBack}
+
+var results = []Result{ResultPass, ResultFail, ResultInconclusive, ResultPending}
+
+// Validate checks that a status read back is one meshwave could have
+// written: every enumerated value from its set, names and revisions valid
+// label values, numbers in range, and the fields each phase relies on.
+func (s *Status) Validate() error {
+	var errs []error
+	bad := func(field string, value any, expected string) {
+		errs = append(errs, fmt.Errorf("%s %v is not %s", field, value, expected))
+	}
+	if !slices.Contains(Phases, s.Phase) {
+		bad("phase", fmt.Sprintf("%q", s.Phase), "a phase meshwave writes")
+	}
+	if !slices.Contains(waveStates, s.WaveState) {
+		bad("waveState", fmt.Sprintf("%q", s.WaveState), "Verifying, Passed, Failed, RollingBack or empty")
+	}
+	switch s.BlockedKind {
+	case "", BlockedInvalidInput, BlockedPrecheck:
+	default:
+		bad("blockedKind", fmt.Sprintf("%q", s.BlockedKind), "InvalidInput, Precheck or empty")
+	}
+	if s.BlockedPhase != "" && (!slices.Contains(Phases, s.BlockedPhase) || s.BlockedPhase == PhaseBlocked) {
+		bad("blockedPhase", fmt.Sprintf("%q", s.BlockedPhase), "a phase other than Blocked")
+	}
+	switch s.Rollback {
+	case RollbackNone, RollbackWave, RollbackAll:
+	default:
+		bad("rollback", fmt.Sprintf("%q", s.Rollback), `"wave", "all" or empty`)
+	}
+	if s.Target == "" || len(validation.IsValidLabelValue(s.Target)) > 0 {
+		bad("target", fmt.Sprintf("%q", s.Target), "a revision or tag name")
+	}
+	for field, v := range map[string]string{"targetRevision": s.TargetRevision, "sourceLabel": s.SourceLabel, "sourceRevision": s.SourceRevision} {
+		if len(validation.IsValidLabelValue(v)) > 0 {
+			bad(field, fmt.Sprintf("%q", v), "a valid label value")
+		}
+	}
+	if s.Wave < 0 || s.Wave > maxWaves {
+		bad("wave", s.Wave, fmt.Sprintf("from 0 to %d", maxWaves))
+	}
+	if s.TotalWaves < s.Wave || s.TotalWaves > maxWaves {
+		bad("totalWaves", s.TotalWaves, fmt.Sprintf("from wave (%d) to %d", s.Wave, maxWaves))
+	}
+	c := s.Counts
+	for field, n := range map[string]int{"counts.total": c.Total, "counts.pending": c.Pending, "counts.moving": c.Moving, "counts.moved": c.Moved,
+		"counts.failed": c.Failed, "counts.skipped": c.Skipped, "counts.rolledBack": c.RolledBack, "pastFailed": s.PastFailed} {
+		if n < 0 || n > maxWorkloads {
+			bad(field, n, fmt.Sprintf("from 0 to %d", maxWorkloads))
+		}
+	}
+	if len(s.Workloads) > maxMembers {
+		bad("workloads", fmt.Sprintf("(%d entries)", len(s.Workloads)), fmt.Sprintf("at most %d entries", maxMembers))
+	}
+	seen := map[string]bool{}
+	for i, w := range s.Workloads {
+		if len(validation.IsDNS1123Subdomain(w.Name)) > 0 || seen[w.Name] {
+			bad(fmt.Sprintf("workloads[%d].name", i), fmt.Sprintf("%q", w.Name), "a Deployment name listed once")
+		}
+		seen[w.Name] = true
+		if !slices.Contains(workloadStates, w.State) {
+			bad(fmt.Sprintf("workloads[%d].state", i), fmt.Sprintf("%q", w.State), "a workload state")
+		}
+	}
+	for i, v := range s.Verdicts {
+		if v.Gate == "" || !slices.Contains(results, v.Result) {
+			bad(fmt.Sprintf("verdicts[%d]", i), fmt.Sprintf("%q %q", v.Gate, v.Result), "a named gate with a result")
+		}
+	}
+	if a := s.Analysis; a != nil && (a.ConsecutivePasses < 0 || a.Inconclusive < 0) {
+		bad("analysis", fmt.Sprintf("passes %d, inconclusive %d", a.ConsecutivePasses, a.Inconclusive), "non-negative counts")
+	}
+	if s.PausedSeconds < 0 || s.PausedSeconds != s.PausedSeconds {
+		bad("pausedSeconds", s.PausedSeconds, "a non-negative number")
+	}
+	// What each phase relies on.
+	if s.Wave > 0 && s.StartedAt == nil {
+		bad("startedAt", "null", "set once a wave has started")
+	}
+	if s.Wave > 0 && s.SourceRevision == "" {
+		bad("sourceRevision", `""`, "set once a wave has started")
+	}
+	if (s.WaveState == WaveVerifying || s.WaveState == WaveRollingBack) && s.GatesSince == nil {
+		bad("gatesSince", "null", "set while a wave is verified or rolled back")
+	}
+	switch s.Phase {
+	case PhaseMigrating, PhaseAnalyzing:
+		if s.Wave == 0 || (s.WaveState != WaveVerifying && s.WaveState != WavePassed) {
+			bad("waveState", fmt.Sprintf("%q at wave %d", s.WaveState, s.Wave), "Verifying or Passed at a wave of 1 or more while "+string(s.Phase))
+		}
+	case PhaseRollingBack:
+		if s.Wave == 0 || s.WaveState != WaveRollingBack || s.Rollback == RollbackNone {
+			bad("waveState", fmt.Sprintf("%q, rollback %q at wave %d", s.WaveState, s.Rollback, s.Wave), "RollingBack with a scope at a wave of 1 or more while RollingBack")
+		}
+	case PhaseBlocked:
+		if s.BlockedKind == "" {
+			bad("blockedKind", `""`, "set while Blocked")
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Encode renders the status as the annotation value.
@@ -237,6 +395,15 @@ func (s *Status) MigrationID() string {
 		return ""
 	}
 	return MigrationID(s.TargetRevision, *s.StartedAt)
+}
+
+// sourceLabelOnRecord is the source label a move record carries: only
+// when it is not the source revision's own name.
+func (s *Status) sourceLabelOnRecord() string {
+	if s.SourceLabel == s.SourceRevision {
+		return ""
+	}
+	return s.SourceLabel
 }
 
 // PausedFor is how long the namespace has been paused in total.

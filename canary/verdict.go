@@ -59,9 +59,9 @@ func (v Verdict) String() string {
 	return fmt.Sprintf("%s %s: %s", v.Gate, strings.ToLower(string(v.Result)), v.Reason)
 }
 
-// First returns the first verdict that is not a Pass, or ok=false when all
-// passed.
-func First(verdicts []Verdict) (Verdict, bool) {
+// FirstNotPassed returns the first verdict that is not a Pass, or
+// ok=false when all passed.
+func FirstNotPassed(verdicts []Verdict) (Verdict, bool) {
 	for _, v := range verdicts {
 		if v.Result != ResultPass {
 			return v, true

@@ -32,15 +32,6 @@ type WaveWorkload struct {
 	Timeout time.Duration
 }
 
-// Names lists the members' names.
-func (w WaveUnderTest) Names() []string {
-	out := make([]string, 0, len(w.Workloads))
-	for _, m := range w.Workloads {
-		out = append(out, m.Name)
-	}
-	return out
-}
-
 // WaveToVerify returns the wave whose gates should be evaluated now, if
 // any: a wave being verified or rolled back whose every member has been
 // patched. While patches are outstanding, it returns false.
@@ -49,6 +40,10 @@ func WaveToVerify(snap Snapshot, st *Status, cfg Config) (WaveUnderTest, bool) {
 		return WaveUnderTest{}, false
 	}
 	if _, ok := snap.Namespace.Annotations[AnnotationRollback]; ok {
+		return WaveUnderTest{}, false
+	}
+	if _, why := recordConflict(snap.Deployments, st); why != "" {
+		// The decision rebuilds the status from the records first.
 		return WaveUnderTest{}, false
 	}
 	cfg = cfg.WithDefaults()

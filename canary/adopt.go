@@ -1,0 +1,183 @@
+package canary
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+)
+
+// migrationOnRecord is what the Deployments' move records say about one
+// migration to a revision. The records are written in the same patch as
+// each restart, so they hold even when the namespace's status is lost,
+// edited, or older than the moves.
+type migrationOnRecord struct {
+	ID        string
+	StartedAt time.Time
+	// Forward and Back hold the workloads whose last record is a move of
+	// this migration to the target, or a rollback of one.
+	Forward, Back map[string]MoveRecord
+	// LastWave is the highest wave of any of those records.
+	LastWave int
+}
+
+// migrationsOnRecord groups the namespace's move records by the migration
+// to targetRevision that wrote them, newest first.
+func migrationsOnRecord(ws []Workload, targetRevision string) []migrationOnRecord {
+	byID := map[string]*migrationOnRecord{}
+	for _, w := range ws {
+		r, ok := ReadMoveRecord(w.Annotations)
+		if !ok {
+			continue
+		}
+		rev, at, _ := ParseMigrationID(r.Migration)
+		if rev != targetRevision {
+			continue
+		}
+		m := byID[r.Migration]
+		if m == nil {
+			m = &migrationOnRecord{ID: r.Migration, StartedAt: at, Forward: map[string]MoveRecord{}, Back: map[string]MoveRecord{}}
+			byID[r.Migration] = m
+		}
+		if r.Rollback {
+			m.Back[w.Name] = r
+		} else {
+			m.Forward[w.Name] = r
+		}
+		m.LastWave = max(m.LastWave, r.Wave)
+	}
+	out := make([]migrationOnRecord, 0, len(byID))
+	for _, m := range byID {
+		out = append(out, *m)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].StartedAt.After(out[j].StartedAt) })
+	return out
+}
+
+// recordConflict says why a status that started a migration cannot be
+// decided from, or "" when the records agree with it. The records win
+// when they show a newer migration to the same target, forward moves of an
+// older one (a migration only ever starts fresh when there are none: it
+// adopts them instead), or a wave beyond the status's (a status that
+// regressed would let that wave's members skip judgment).
+func recordConflict(ws []Workload, st *Status) (migrationOnRecord, string) {
+	if st == nil || st.MigrationID() == "" || st.Phase == PhaseStopped {
+		return migrationOnRecord{}, ""
+	}
+	for _, m := range migrationsOnRecord(ws, st.TargetRevision) {
+		switch {
+		case m.ID == st.MigrationID():
+			if m.LastWave > st.Wave {
+				return m, fmt.Sprintf("the move records show wave %d of migration %s, the status only wave %d", m.LastWave, m.ID, st.Wave)
+			}
+		case m.StartedAt.After(*st.StartedAt):
+			return m, fmt.Sprintf("the move records show migration %s, newer than the status's %s", m.ID, st.MigrationID())
+		case len(m.Forward) > 0:
+			return m, fmt.Sprintf("the move records show moves of migration %s, which the status's %s does not know", m.ID, st.MigrationID())
+		}
+	}
+	return migrationOnRecord{}, ""
+}
+
+// adoptRecords rebuilds the status of a migration from its move records:
+// a rollback in progress when any workload's last record is a rollback
+// (of the last wave only, or of everything), else the last wave, judged
+// again with fresh timers. Earlier waves count as moved: a wave is only
+// ever started once the one before it passed.
+func (d *decider) adoptRecords(m migrationOnRecord, typ EventType, reason, why string) {
+	st := &Status{
+		Target: d.st.Target, TargetRevision: d.st.TargetRevision,
+		StartedAt: timePtr(m.StartedAt), Wave: m.LastWave, GatesSince: timePtr(d.now),
+	}
+	st.SourceLabel, st.SourceRevision = d.sourceOnRecord(m)
+	if len(m.Back) > 0 {
+		st.Phase, st.WaveState, st.Rollback = PhaseRollingBack, WaveRollingBack, RollbackWave
+		for _, r := range m.Back {
+			if r.Wave != m.LastWave {
+				st.Rollback = RollbackAll
+			}
+		}
+	} else {
+		st.Phase, st.WaveState = PhaseMigrating, WaveVerifying
+		d.adoptLastWave(st, m)
+	}
+	st.Reason = fmt.Sprintf("adopted from the Deployments' move records: %s", why)
+	d.st = st
+	d.event("", typ, reason, fmt.Sprintf("%s; continuing migration %s at wave %d (%s)", why, m.ID, st.Wave, strings.ToLower(string(st.Phase))))
+	d.requeue(soon)
+}
+
+// adoptLastWave puts the last forward wave of m back under test.
+func (d *decider) adoptLastWave(st *Status, m migrationOnRecord) {
+	var started time.Time
+	for _, name := range slices.Sorted(maps.Keys(m.Forward)) {
+		r := m.Forward[name]
+		if r.Wave != st.Wave {
+			continue
+		}
+		st.Workloads = append(st.Workloads, WorkloadState{Name: name, State: StateMoving})
+		if started.IsZero() || r.At.Before(started) {
+			started = r.At
+		}
+	}
+	st.WaveStartedAt = timePtr(started)
+}
+
+// sourceOnRecord is the source a migration's records name: the label and
+// revision most of its moves came from (or rollbacks went to), else the
+// namespace's label.
+func (d *decider) sourceOnRecord(m migrationOnRecord) (string, string) {
+	votes := map[[2]string]int{}
+	for _, r := range m.Forward {
+		votes[[2]string{r.SourceLabel, r.From}]++
+	}
+	for _, r := range m.Back {
+		votes[[2]string{r.SourceLabel, r.Revision}]++
+	}
+	var best [2]string
+	for k, n := range votes {
+		if k[1] == "" {
+			continue
+		}
+		if best[1] == "" || n > votes[best] || (n == votes[best] && k[1]+k[0] < best[1]+best[0]) {
+			best = k
+		}
+	}
+	if best[1] != "" {
+		if best[0] == "" {
+			best[0] = best[1]
+		}
+		return best[0], best[1]
+	}
+	label := d.snap.Namespace.Labels[LabelRev]
+	if rev, ok := d.snap.Mesh.Resolve(label); ok && rev != d.st.TargetRevision {
+		return label, rev
+	}
+	rev := d.podSourceRevision()
+	return rev, rev
+}
+
+// continueOnRecord resumes, instead of starting afresh, a migration to the
+// same target whose forward moves are on record: the one a removed and
+// re-added target, or a retry after a rollback, left behind. Its last
+// wave is judged again; the workloads it rolled back are planned again.
+func (d *decider) continueOnRecord() bool {
+	for _, m := range migrationsOnRecord(d.snap.Deployments, d.st.TargetRevision) {
+		if len(m.Forward) == 0 {
+			continue
+		}
+		prev := *d.st
+		m.Back = nil
+		lastForward := 0
+		for _, r := range m.Forward {
+			lastForward = max(lastForward, r.Wave)
+		}
+		m.LastWave = lastForward
+		d.adoptRecords(m, EventNormal, "MigrationResumed", fmt.Sprintf("the Deployments carry moves of migration %s to %s", m.ID, d.st.TargetRevision))
+		d.st.Warnings, d.st.PausedSeconds = prev.Warnings, prev.PausedSeconds
+		return true
+	}
+	return false
+}

@@ -1,0 +1,291 @@
+package canary
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The invariants hold whatever meshwave.io/status says: missing,
+// unreadable, edited, or older than the moves.
+
+// playUntil decides, rolling out every patched workload and passing the
+// stand-in gates, until the status reaches phase (or 40 rounds pass).
+func (s *sim) playUntil(phase Phase) {
+	s.t.Helper()
+	for i := 0; i < 40 && (s.status == nil || s.status.Phase != phase); i++ {
+		for _, w := range s.snap.Deployments {
+			if r, ok := ReadMoveRecord(w.Annotations); ok {
+				s.rollOut(r.Revision, w.Name)
+			}
+		}
+		s.decide(s.gates())
+		s.now = s.now.Add(time.Minute)
+	}
+	require.Equal(s.t, phase, s.status.Phase, s.status.Reason)
+}
+
+// toWave2 plays a, then b and c: wave 2 is patched, not rolled out.
+func toWave2(t *testing.T) *sim {
+	s := newSim(t, deploy("a"), deploy("b"), deploy("c"))
+	s.cfg.Sizes = WaveSizes{CanarySize: 1, BatchSize: 2}
+	s.decide(nil)
+	s.rollOut("1-26", "a")
+	s.decide(s.gates())
+	s.now = s.now.Add(time.Minute)
+	d := s.decide(nil)
+	require.Equal(t, 2, d.Status.Wave)
+	require.Len(t, d.Moves, 2)
+	return s
+}
+
+// editStatus rewrites the status JSON as a person would.
+func (s *sim) editStatus(edit func(map[string]any)) {
+	raw, err := s.status.Encode()
+	require.NoError(s.t, err)
+	var m map[string]any
+	require.NoError(s.t, json.Unmarshal([]byte(raw), &m))
+	edit(m)
+	out, err := json.Marshal(m)
+	require.NoError(s.t, err)
+	str := string(out)
+	s.raw, s.status = &str, nil
+}
+
+func TestALostStatusIsAdoptedFromTheMoveRecordsAndNothingIsRestartedTwice(t *testing.T) {
+	s := toWave2(t)
+	s.status = nil
+	d := s.decide(nil)
+	require.NotNil(t, d.Status)
+	assert.Empty(t, d.Moves, "the wave on record is judged, not restarted")
+	assert.Equal(t, PhaseMigrating, d.Status.Phase)
+	assert.Equal(t, 2, d.Status.Wave)
+	assert.Equal(t, WaveVerifying, d.Status.WaveState)
+	assert.Equal(t, []WorkloadState{{Name: "b", State: StateMoving}, {Name: "c", State: StateMoving}}, d.Status.Workloads)
+	assert.Equal(t, "1-25", d.Status.SourceLabel)
+	assert.Equal(t, "1-26@2026-11-29T12:00:00Z", d.Status.MigrationID())
+	assert.Contains(t, s.events, Event{Type: EventWarning, Reason: "StatusAdopted",
+		Message: "the namespace has no status; continuing migration 1-26@2026-11-29T12:00:00Z at wave 2 (migrating)"})
+
+	s.playUntil(PhaseCompleted)
+	assert.Equal(t, map[string]int{"a": 1, "b": 1, "c": 1}, s.patches)
+	assert.Equal(t, "moved 3 workloads to 1-26 in 2 waves", s.status.Reason)
+}
+
+func TestAnEditedStartTimeRestartsNothingTwice(t *testing.T) {
+	for _, tt := range []struct {
+		name, startedAt, why string
+	}{
+		{"moved later", "2026-11-29T13:00:00Z", "the status disagrees with the Deployments' move records: the move records show moves of migration 1-26@2026-11-29T12:00:00Z, which the status's 1-26@2026-11-29T13:00:00Z does not know"},
+		{"moved earlier", "2026-11-29T11:00:00Z", "the status disagrees with the Deployments' move records: the move records show migration 1-26@2026-11-29T12:00:00Z, newer than the status's 1-26@2026-11-29T11:00:00Z"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := toWave2(t)
+			s.editStatus(func(m map[string]any) { m["startedAt"] = tt.startedAt })
+			d := s.decide(nil)
+			assert.Empty(t, d.Moves)
+			require.NotNil(t, d.Status)
+			assert.Equal(t, "1-26@2026-11-29T12:00:00Z", d.Status.MigrationID())
+			assert.Equal(t, "StatusAdopted", d.Events[0].Reason)
+			assert.Equal(t, tt.why+"; continuing migration 1-26@2026-11-29T12:00:00Z at wave 2 (migrating)", d.Events[0].Message)
+			s.playUntil(PhaseCompleted)
+			assert.Equal(t, map[string]int{"a": 1, "b": 1, "c": 1}, s.patches)
+		})
+	}
+}
+
+func TestAStatusThatRegressedToAnEarlierWaveHasTheLaterWaveJudged(t *testing.T) {
+	s := newSim(t, deploy("a"), deploy("b"), deploy("c"))
+	s.cfg.Sizes = WaveSizes{CanarySize: 1, BatchSize: 2}
+	s.decide(nil)
+	older, err := s.status.Encode() // wave 1 under test: the write a deposed leader might repeat
+	require.NoError(t, err)
+	s.rollOut("1-26", "a")
+	s.decide(s.gates())
+	s.now = s.now.Add(time.Minute)
+	s.decide(nil) // wave 2: b and c patched
+	s.raw, s.status = &older, nil
+
+	st, _, err := ParseStatus(map[string]string{AnnotationStatus: older})
+	require.NoError(t, err)
+	_, ok := WaveToVerify(s.snap, st, s.cfg)
+	assert.False(t, ok, "no gate runs on a status the records contradict")
+
+	d := s.decide(nil)
+	assert.Empty(t, d.Moves)
+	require.NotNil(t, d.Status)
+	assert.Equal(t, 2, d.Status.Wave)
+	assert.Equal(t, WaveVerifying, d.Status.WaveState)
+	assert.Equal(t, Counts{Total: 3, Moving: 2, Moved: 1}, d.Status.Counts, "b and c are not moved before their wave passes")
+	w, ok := WaveToVerify(s.snap, s.status, s.cfg)
+	require.True(t, ok)
+	assert.Equal(t, []string{"b", "c"}, []string{w.Workloads[0].Name, w.Workloads[1].Name})
+	d = s.decide(s.gates())
+	assert.Equal(t, ResultPending, s.gates()[0].Result, "b and c have not rolled out")
+	assert.NotEqual(t, PhaseCompleted, s.status.Phase)
+}
+
+func TestAnUnreadableStatusIsRebuiltOnceFromTheRecords(t *testing.T) {
+	for _, raw := range []string{`{"phase":`, `{"phase":"Migrating","wave":2,"totalWaves":3,"target":"1-26","bogus":1}`} {
+		s := toWave2(t)
+		s.raw, s.status = &raw, nil
+		d := s.decide(nil)
+		require.NotNil(t, d.Status)
+		assert.Empty(t, d.Moves)
+		assert.Equal(t, "StatusUnreadable", d.Events[0].Reason)
+		assert.Equal(t, EventWarning, d.Events[0].Type)
+		assert.Contains(t, d.Events[0].Message, "meshwave.io/status is not meshwave's status JSON")
+		assert.Equal(t, "StatusAdopted", d.Events[1].Reason)
+		assert.Equal(t, 2, d.Status.Wave)
+
+		d = s.decide(nil)
+		for _, e := range d.Events {
+			assert.NotEqual(t, "StatusUnreadable", e.Reason, "the rebuilt status reads back")
+		}
+		assert.NotEqual(t, soon, d.RequeueAfter, "nothing spins")
+	}
+}
+
+func TestANamespacePausedBeforeItsFirstWaveHoldsNoSlot(t *testing.T) {
+	s := newSim(t, deploy("a"))
+	s.snap.Namespace.Annotations[AnnotationPaused] = "true"
+	d := s.decide(nil)
+	assert.Equal(t, PhasePaused, d.Status.Phase)
+	assert.Empty(t, d.Moves)
+	assert.False(t, d.Status.HoldsSlot())
+	raw, _ := d.Status.Encode()
+	peer, ok := PeerOf("shop", map[string]string{AnnotationTargetRevision: "1-26", AnnotationStatus: raw})
+	require.True(t, ok)
+	ok, why := Admit(Peer{Name: "blog", Priority: 100}, []Peer{peer}, 1)
+	assert.True(t, ok, why)
+}
+
+func TestABlockedMigrationKeepsItsSlotAndResumesWithoutAsking(t *testing.T) {
+	s := newSim(t, deploy("a"), deploy("b"))
+	s.decide(nil)
+	s.snap.Deployments[1].Annotations[AnnotationWave] = "x"
+	d := s.decide(nil)
+	require.Equal(t, PhaseBlocked, d.Status.Phase)
+	assert.True(t, d.Status.HoldsSlot(), "blocked half-way, it keeps its slot")
+	// Another namespace took no slot meanwhile; unblocked, it goes on
+	// even though a peer now waits with a higher priority.
+	s.snap.Peers = []Peer{{Name: "aaa", Priority: 1, Phase: PhasePending}}
+	delete(s.snap.Deployments[1].Annotations, AnnotationWave)
+	d = s.decide(nil)
+	assert.Equal(t, PhaseMigrating, d.Status.Phase)
+	assert.Equal(t, 1, d.Status.Wave)
+}
+
+func TestARetargetMidWaveKeepsTheSourceTheWorkloadsCameFrom(t *testing.T) {
+	s := newSim(t, deploy("a"), deploy("b"))
+	s.snap.Mesh.Revisions["1-27"] = Revision{Name: "1-27", Istiods: 1, ReadyIstiods: 1}
+	s.decide(nil)
+	s.rollOut("1-26", "a")
+	require.Equal(t, "1-26", s.snap.Namespace.Labels[LabelRev])
+	s.snap.Namespace.Annotations[AnnotationTargetRevision] = "1-27"
+	d := s.decide(nil)
+	require.NotNil(t, d.Status)
+	assert.Equal(t, "1-27", d.Status.TargetRevision)
+	assert.Equal(t, "1-25", d.Status.SourceLabel, "b never ran 1-26: a rollback must not send it there")
+	assert.Equal(t, "1-25", d.Status.SourceRevision)
+}
+
+func TestRemovingAndReaddingTheTargetAfterARollbackRetries(t *testing.T) {
+	s := newSim(t, deploy("a"), deploy("b"))
+	s.decide(nil)
+	s.decide(failRollout("a", "a did not roll out"))
+	require.Equal(t, PhaseRollingBack, s.status.Phase)
+	s.rollOut("1-25", "a")
+	s.decide(s.gates())
+	require.Equal(t, PhaseRolledBack, s.status.Phase)
+
+	delete(s.snap.Namespace.Annotations, AnnotationTargetRevision)
+	d := s.decide(nil)
+	assert.Equal(t, PhaseStopped, d.Status.Phase)
+	s.snap.Namespace.Annotations[AnnotationTargetRevision] = "1-26"
+	d = s.decide(nil)
+	assert.Equal(t, PhaseMigrating, d.Status.Phase)
+	require.Len(t, d.Moves, 1, "the retry moves the canary again")
+	assert.Equal(t, "a", d.Moves[0].Workload)
+	assert.Equal(t, 3, s.patches["a"], "moved, rolled back, moved again")
+}
+
+func TestARollbackWhoseMembersAreAllGoneEnds(t *testing.T) {
+	s := newSim(t, deploy("a"), deploy("b"))
+	s.decide(nil)
+	s.decide(failRollout("a", "a did not roll out"))
+	require.Equal(t, PhaseRollingBack, s.status.Phase)
+	s.snap.Deployments = s.snap.Deployments[1:] // a was deleted
+	d := s.decide(nil)
+	assert.Equal(t, PhaseRolledBack, d.Status.Phase)
+	assert.Zero(t, d.RequeueAfter, "nothing left to wait for")
+}
+
+func TestASkipSetOnAFailedMemberIsHonouredOnResume(t *testing.T) {
+	s := newSim(t, deploy("a"), deploy("b"))
+	s.cfg.FailurePolicy = PolicyPause
+	s.decide(nil)
+	s.decide(failRollout("a", "a did not roll out"))
+	require.Equal(t, PhasePaused, s.status.Phase)
+	s.snap.Deployments[0].Annotations[AnnotationSkip] = "true"
+	delete(s.snap.Namespace.Annotations, AnnotationPaused)
+	d := s.decide(nil)
+	assert.Empty(t, d.Moves)
+	assert.Equal(t, []WorkloadState{{Name: "a", State: StateSkipped, Reason: "meshwave.io/skip was set during wave 1: left where it is"}}, d.Status.Workloads[:1])
+	assert.Equal(t, WavePassed, d.Status.WaveState, "nothing is left under test in wave 1")
+}
+
+func TestAPausedDeploymentIsLeftOutAndPausingOneMidWaveFailsTheWave(t *testing.T) {
+	paused := func(w *Workload) { w.Paused = true }
+	p := PlanNamespace("shop", []Workload{deploy("a"), deploy("b", paused)}, "1-26", "", 0, WaveSizes{})
+	assert.Equal(t, []Exclusion{{"b", "paused (spec.paused): a restart would not roll out"}}, p.Excluded)
+
+	s := newSim(t, deploy("a"), deploy("b"))
+	s.decide(nil)
+	s.snap.Deployments[0].Paused = true
+	d := s.decide(s.gates())
+	assert.Equal(t, PhaseRolledBack, d.Status.Phase)
+	assert.Equal(t, "rolled back 0 workloads to 1-25 (none of this migration's workloads is left to return): wave 1 failed: restart fail: a is paused (spec.paused): it does not roll out", d.Status.Reason)
+	assert.Empty(t, d.Moves, "the paused workload is not patched again by the rollback")
+	assert.Equal(t, 1, s.patches["a"])
+}
+
+func TestARefusedPatchFailsTheWaveWithTheAnswer(t *testing.T) {
+	s := newSim(t, deploy("a"), deploy("b"))
+	s.refused = map[string]string{"a": `admission webhook "policy.example" denied the request (403 Forbidden)`}
+	s.decide(nil) // the patch is sent and refused
+	d := s.decide(nil)
+	require.NotNil(t, d.Status)
+	assert.Equal(t, PhaseRolledBack, d.Status.Phase, "the failure policy applies; a never moved, so nothing is restarted")
+	assert.Equal(t, `rolled back 0 workloads to 1-25 (none of this migration's workloads is left to return): wave 1 failed: restart fail: the apiserver refused to restart a: admission webhook "policy.example" denied the request (403 Forbidden)`, d.Status.Reason)
+	assert.Contains(t, s.events, Event{Deployment: "a", Type: EventWarning, Reason: "WorkloadFailed",
+		Message: `wave 1, restart: the apiserver refused to restart a: admission webhook "policy.example" denied the request (403 Forbidden)`})
+	assert.Empty(t, d.Moves)
+	assert.Zero(t, s.patches["a"])
+}
+
+func TestTheNamespaceKeepsItsRevisionLabelWhileMeshwaveOwnsIt(t *testing.T) {
+	s := newSim(t, deploy("a"))
+	s.playUntil(PhaseCompleted)
+	delete(s.snap.Namespace.Labels, LabelRev)
+	d := s.decide(nil)
+	assert.Equal(t, "1-26", d.Label, "put back after completion")
+
+	s = newSim(t, deploy("a"), deploy("b"))
+	s.cfg.FailurePolicy = PolicyPause
+	s.decide(nil)
+	s.decide(failRollout("a", "a did not roll out"))
+	require.Equal(t, PhasePaused, s.status.Phase)
+	s.snap.Namespace.Labels[LabelRev] = "1-25"
+	d = s.decide(nil)
+	assert.Equal(t, "1-26", d.Label, "put back while paused")
+
+	delete(s.snap.Namespace.Annotations, AnnotationTargetRevision)
+	s.decide(nil)
+	s.snap.Namespace.Labels[LabelRev] = "1-25"
+	d = s.decide(nil)
+	assert.Empty(t, d.Label, "once opted out, the label is the namespace's own")
+}

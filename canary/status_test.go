@@ -1,0 +1,60 @@
+package canary
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// validStatus is a status meshwave writes mid-migration, as JSON.
+const validStatus = `{"phase":"Migrating","target":"1-26","targetRevision":"1-26","sourceLabel":"1-25","sourceRevision":"1-25",` +
+	`"wave":1,"totalWaves":2,"waveState":"Verifying","workloads":[{"name":"a","state":"Moving"}],` +
+	`"counts":{"total":3,"pending":2,"moving":1,"moved":0,"failed":0,"skipped":0},` +
+	`"startedAt":"2026-11-29T12:00:00Z","waveStartedAt":"2026-11-29T12:00:00Z","gatesSince":"2026-11-29T12:00:00Z"}`
+
+func TestParseStatusReadsWhatMeshwaveWrites(t *testing.T) {
+	st, ok, err := ParseStatus(map[string]string{AnnotationStatus: validStatus})
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Equal(t, PhaseMigrating, st.Phase)
+	assert.Equal(t, "1-26@2026-11-29T12:00:00Z", st.MigrationID())
+
+	_, ok, err = ParseStatus(map[string]string{})
+	require.NoError(t, err)
+	assert.False(t, ok)
+}
+
+func TestAStatusThatMeshwaveCouldNotHaveWrittenIsRefused(t *testing.T) {
+	edit := func(from, to string) string {
+		require.Contains(t, validStatus, from)
+		return strings.Replace(validStatus, from, to, 1)
+	}
+	tests := []struct {
+		name, raw, err string
+	}{
+		{"not JSON", `{"phase":`, "meshwave.io/status is not meshwave's status JSON: unexpected end of JSON input"},
+		{"a key meshwave does not write", edit(`"wave":1,`, `"wave":1,"waves":3,`), `meshwave.io/status is not meshwave's status JSON: unknown field "waves"`},
+		{"a key spelt in another case", edit(`"wave":1,`, `"Wave":3,"wave":1,`), `meshwave.io/status is not meshwave's status JSON: unknown field "Wave"`},
+		{"a key given twice", edit(`"wave":1,`, `"wave":3,"wave":1,`), `meshwave.io/status is not meshwave's status JSON: duplicate field "wave"`},
+		{"an unknown phase", edit(`"phase":"Migrating"`, `"phase":"Done"`), `meshwave.io/status: phase "Done" is not a phase meshwave writes`},
+		{"an unknown wave state", edit(`"waveState":"Verifying"`, `"waveState":"Verified"`), `meshwave.io/status: waveState "Verified" is not Verifying, Passed, Failed, RollingBack or empty`},
+		{"a source label that is no label value", edit(`"sourceLabel":"1-25"`, `"sourceLabel":"1 25"`), `meshwave.io/status: sourceLabel "1 25" is not a valid label value`},
+		{"a negative count", edit(`"pending":2`, `"pending":-2`), `meshwave.io/status: counts.pending -2 is not from 0 to 1000000`},
+		{"a wave beyond the total", edit(`"totalWaves":2`, `"totalWaves":0`), `meshwave.io/status: totalWaves 0 is not from wave (1) to 1000000`},
+		{"a workload state meshwave does not write", edit(`"state":"Moving"`, `"state":"Done"`), `meshwave.io/status: workloads[0].state "Done" is not a workload state`},
+		{"a wave in flight without the time its gates started", edit(`,"gatesSince":"2026-11-29T12:00:00Z"`, ``), `meshwave.io/status: gatesSince null is not set while a wave is verified or rolled back`},
+		{"a migrating phase before any wave", edit(`"wave":1,"totalWaves":2`, `"wave":0,"totalWaves":2`), `meshwave.io/status: waveState "Verifying" at wave 0 is not Verifying or Passed at a wave of 1 or more while Migrating`},
+		{"null", `null`, `meshwave.io/status: phase "" is not a phase meshwave writes`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st, ok, err := ParseStatus(map[string]string{AnnotationStatus: tt.raw})
+			assert.True(t, ok)
+			assert.Nil(t, st)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tt.err)
+		})
+	}
+}
