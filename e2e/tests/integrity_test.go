@@ -1,0 +1,211 @@
+package tests
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	admissionregv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/meshwave/meshwave/canary"
+	"github.com/meshwave/meshwave/e2e/cluster"
+	"github.com/meshwave/meshwave/e2e/fixture"
+	"github.com/meshwave/meshwave/e2e/mesh"
+	"github.com/meshwave/meshwave/e2e/world"
+)
+
+// TestStateIntegrity plays the ways a migration's own state can be damaged
+// or refused, one namespace each on one world, each with an agent of its
+// own, and checks the promises hold: no Deployment restarted twice for one
+// move, no wave skipped, the label where the migration needs it, and a
+// refused write reported with the apiserver's answer.
+func TestStateIntegrity(t *testing.T) {
+	shared := fixture.New(t, world.Options{NoPrometheus: true})
+
+	t.Run("an admission policy that refuses the restart fails the wave with its answer", func(t *testing.T) {
+		f := shared.For(t)
+		for _, tc := range []struct {
+			ns, reason string
+			code       int
+		}{
+			{"refused-403", "Forbidden", 403},
+			{"refused-422", "", 422},
+		} {
+			denyRestarts(f, tc.ns, tc.reason)
+			f.Given().Namespace(tc.ns, map[string]string{mesh.LabelRev: "1-25"}, nil).
+				Deployment(tc.ns, "api", fixture.Replicas(1)).Deployment(tc.ns, "web", fixture.Replicas(1)).RolledOut(tc.ns)
+			counter := newAPICounter()
+			optIn(f, tc.ns, "1-26", 10)
+			a := startAgent(t, f, testConfig(f), counter, "agent-"+tc.ns)
+			st := waitForPhase(f, tc.ns, canary.PhaseRolledBack, time.Minute)
+			answer := fmt.Sprintf(`deployments.apps "api" is forbidden: ValidatingAdmissionPolicy 'deny-restarts-%s' with binding 'deny-restarts-%s' denied request: restarts are frozen in %s`, tc.ns, tc.ns, tc.ns)
+			assert.Regexp(t, `^rolled back 0 workloads to 1-25 \(none of this migration's workloads is left to return\): wave 1 failed: restart fail: the apiserver refused to restart api: `+
+				regexp.QuoteMeta(answer)+fmt.Sprintf(` \(%d `, tc.code), st.Reason)
+			require.Len(t, st.Failures, 1)
+			assert.Equal(t, "api", st.Failures[0].Workload)
+			assert.Equal(t, "restart", st.Failures[0].Gate)
+			waitForEvent(f, "Deployment", tc.ns, "api", "RestartRefused: the apiserver refused the move patch: "+answer)
+			a.Kill()
+			assert.Equal(t, "1-25", namespaceLabel(f, tc.ns), "the label is back on the source")
+			assert.Equal(t, 1, counter.get("PATCH deployments "+tc.ns+"/api"), "the refused patch is not retried")
+			assert.Zero(t, counter.get("PATCH deployments "+tc.ns+"/web"))
+			f.Then().PodsOnRevision(tc.ns, "api", "1-25")
+		}
+	})
+
+	t.Run("a lost status is rebuilt from the move records and nothing restarts twice", func(t *testing.T) {
+		f := shared.For(t)
+		const ns = "lost"
+		f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, nil).
+			Deployment(ns, "a", fixture.Replicas(1)).Deployment(ns, "b", fixture.Replicas(1)).Deployment(ns, "c", fixture.Replicas(1)).RolledOut(ns)
+		release := f.World.Cluster.Kubelet.HoldUnready(cluster.PodSelector{Namespace: ns, Labels: fixture.PodSelector(map[string]string{"app": "b"}), OnlyNew: true})
+		counter := newAPICounter()
+		cfg := testConfig(f)
+		cfg.BatchSize = 2
+		optIn(f, ns, "1-26", 10)
+		startAgent(t, f, cfg, counter, "agent-"+ns)
+		f.Eventually("wave 2 patched", func() (bool, string) {
+			r, ok := moveRecord(f, ns, "c")
+			return ok && r.Wave == 2, fmt.Sprint(r)
+		})
+		f.When().AnnotateNamespace(ns, canary.AnnotationStatus, nil)
+		waitForEvent(f, "Namespace", "", ns, "StatusAdopted: the namespace has no status; continuing migration")
+		st := status(f, ns)
+		require.NotNil(t, st)
+		assert.Equal(t, 2, st.Wave)
+		assert.Equal(t, canary.WaveVerifying, st.WaveState)
+		release()
+		st = waitForPhase(f, ns, canary.PhaseCompleted, time.Minute)
+		assert.Equal(t, "moved 3 workloads to 1-26 in 2 waves", st.Reason)
+		assert.Equal(t, map[string]int{"PATCH deployments lost/a": 1, "PATCH deployments lost/b": 1, "PATCH deployments lost/c": 1},
+			counter.writes("PATCH deployments"))
+	})
+
+	t.Run("an edited start time or a regressed status does not skip a wave or restart one twice", func(t *testing.T) {
+		f := shared.For(t)
+		const ns = "edited"
+		f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, nil).
+			Deployment(ns, "a", fixture.Replicas(1)).Deployment(ns, "b", fixture.Replicas(1)).RolledOut(ns)
+		release := f.World.Cluster.Kubelet.HoldUnready(cluster.PodSelector{Namespace: ns, Labels: fixture.PodSelector(map[string]string{"app": "b"}), OnlyNew: true})
+		counter := newAPICounter()
+		optIn(f, ns, "1-26", 10)
+		startAgent(t, f, testConfig(f), counter, "agent-"+ns)
+		f.Eventually("wave 2 patched", func() (bool, string) {
+			r, ok := moveRecord(f, ns, "b")
+			return ok && r.Wave == 2, fmt.Sprint(r)
+		})
+		editStatus(f, ns, func(m map[string]any) { m["startedAt"] = "2030-01-01T00:00:00Z" })
+		waitForEvent(f, "Namespace", "", ns, "StatusAdopted: the status disagrees with the Deployments' move records: the move records show moves of migration ")
+		editStatus(f, ns, func(m map[string]any) {
+			m["wave"], m["waveState"], m["workloads"] = 1, "Passed", []any{map[string]any{"name": "a", "state": "Moved"}}
+		})
+		waitForEvent(f, "Namespace", "", ns, "StatusAdopted: the status disagrees with the Deployments' move records: the move records show wave 2 of migration")
+		assert.NotEqual(t, canary.PhaseCompleted, status(f, ns).Phase, "b's wave has not passed: b is still unready")
+		release()
+		waitForPhase(f, ns, canary.PhaseCompleted, time.Minute)
+		assert.Equal(t, map[string]int{"PATCH deployments edited/a": 1, "PATCH deployments edited/b": 1}, counter.writes("PATCH deployments"))
+	})
+
+	t.Run("an unreadable status is rebuilt once, with an Event", func(t *testing.T) {
+		f := shared.For(t)
+		const ns = "unreadable"
+		f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, nil).Deployment(ns, "a", fixture.Replicas(1)).RolledOut(ns)
+		counter := newAPICounter()
+		optIn(f, ns, "1-26", 10)
+		a := startAgent(t, f, testConfig(f), counter, "agent-"+ns)
+		waitForPhase(f, ns, canary.PhaseCompleted, time.Minute)
+		garbage := `{"phase":"Completed","Wave":3}`
+		f.When().AnnotateNamespace(ns, canary.AnnotationStatus, &garbage)
+		waitForEvent(f, "Namespace", "", ns, `StatusUnreadable: meshwave.io/status is not meshwave's status JSON: unknown field "Wave"`)
+		st := waitForPhase(f, ns, canary.PhaseCompleted, time.Minute)
+		assert.Equal(t, "moved 1 workloads to 1-26 in 1 waves", st.Reason)
+		before := counter.get("PATCH namespaces " + ns)
+		time.Sleep(2 * time.Second)
+		a.Kill()
+		assert.Equal(t, before, counter.get("PATCH namespaces "+ns), "a rebuilt status settles: no busy loop")
+		assert.Equal(t, 1, counter.get("PATCH deployments "+ns+"/a"))
+	})
+
+	t.Run("the revision label is put back while meshwave owns the namespace", func(t *testing.T) {
+		f := shared.For(t)
+		const ns = "relabel"
+		f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, nil).Deployment(ns, "a", fixture.Replicas(1)).RolledOut(ns)
+		optIn(f, ns, "1-26", 10)
+		a := startAgent(t, f, testConfig(f), newAPICounter(), "agent-"+ns)
+		waitForPhase(f, ns, canary.PhaseCompleted, time.Minute)
+		_, err := f.Client.CoreV1().Namespaces().Patch(f.Ctx, ns, types.MergePatchType, []byte(`{"metadata":{"labels":{"istio.io/rev":null}}}`), metav1.PatchOptions{})
+		require.NoError(t, err)
+		f.Eventually("istio.io/rev back on "+ns, func() (bool, string) {
+			v := namespaceLabel(f, ns)
+			return v == "1-26", v
+		})
+		a.Kill()
+	})
+}
+
+// denyRestarts installs a ValidatingAdmissionPolicy that refuses any change
+// to the restart stamp of Deployment api in ns, answering with reason
+// (Invalid, 422, when empty; Forbidden is 403).
+func denyRestarts(f *fixture.Fixture, ns, reason string) {
+	f.T.Helper()
+	name := "deny-restarts-" + ns
+	v := admissionregv1.Validation{
+		Expression: `object.metadata.name != 'api' || !has(object.spec.template.metadata.annotations) || !('kubectl.kubernetes.io/restartedAt' in object.spec.template.metadata.annotations) || (has(oldObject.spec.template.metadata.annotations) && 'kubectl.kubernetes.io/restartedAt' in oldObject.spec.template.metadata.annotations && oldObject.spec.template.metadata.annotations['kubectl.kubernetes.io/restartedAt'] == object.spec.template.metadata.annotations['kubectl.kubernetes.io/restartedAt'])`,
+		Message:    "restarts are frozen in " + ns,
+	}
+	if reason != "" {
+		v.Reason = ptr.To(metav1.StatusReason(reason))
+	}
+	_, err := f.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(f.Ctx, &admissionregv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionregv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionregv1.Fail),
+			MatchConstraints: &admissionregv1.MatchResources{ResourceRules: []admissionregv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionregv1.RuleWithOperations{
+					Operations: []admissionregv1.OperationType{admissionregv1.Update},
+					Rule:       admissionregv1.Rule{APIGroups: []string{"apps"}, APIVersions: []string{"v1"}, Resources: []string{"deployments"}},
+				},
+			}}},
+			Validations: []admissionregv1.Validation{v},
+		},
+	}, metav1.CreateOptions{})
+	require.NoError(f.T, err)
+	_, err = f.Client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(f.Ctx, &admissionregv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionregv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName:        name,
+			ValidationActions: []admissionregv1.ValidationAction{admissionregv1.Deny},
+			MatchResources: &admissionregv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{
+				MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}}},
+		},
+	}, metav1.CreateOptions{})
+	require.NoError(f.T, err)
+}
+
+// editStatus rewrites a namespace's status JSON as a person would.
+func editStatus(f *fixture.Fixture, ns string, edit func(map[string]any)) {
+	f.T.Helper()
+	n, err := f.Client.CoreV1().Namespaces().Get(f.Ctx, ns, metav1.GetOptions{})
+	require.NoError(f.T, err)
+	var m map[string]any
+	require.NoError(f.T, json.Unmarshal([]byte(n.Annotations[canary.AnnotationStatus]), &m))
+	edit(m)
+	raw, err := json.Marshal(m)
+	require.NoError(f.T, err)
+	s := string(raw)
+	f.When().AnnotateNamespace(ns, canary.AnnotationStatus, &s)
+}
+
+func namespaceLabel(f *fixture.Fixture, ns string) string {
+	f.T.Helper()
+	n, err := f.Client.CoreV1().Namespaces().Get(f.Ctx, ns, metav1.GetOptions{})
+	require.NoError(f.T, err)
+	return n.Labels[mesh.LabelRev]
+}
