@@ -73,6 +73,7 @@ type Controller struct {
 	starting map[string]time.Time
 	expect   *expectations
 	refusals refusals
+	optedIn  optedInAtLastDecision
 	metrics  *Metrics
 	tracer   *Tracer
 }
@@ -322,11 +323,13 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	if wave, ok := canary.WaveToVerify(snap, status, c.decisions); ok {
 		verdicts = c.tracer.traced(c.gates(wave)).Evaluate(c.tracer.WaveContext(ctx, key, status), wave, now)
 	}
+	_, optedIn := ns.Annotations[canary.AnnotationTargetRevision]
 	d := canary.Decide(canary.Input{Snapshot: snap, Status: status, StatusErr: statusErr, Verdicts: verdicts,
-		Refused: c.refusals.take(key), Now: now, Config: c.decisions})
+		WasOptedIn: c.optedIn.get(key), Refused: c.refusals.take(key), Now: now, Config: c.decisions})
 	if err := c.act(ctx, ns, status, d); err != nil {
 		return err
 	}
+	c.optedIn.set(key, optedIn)
 	c.metrics.observe(key, status, d, verdicts, now)
 	if d.Status != nil {
 		c.tracer.Transitions(ctx, key, status, d.Status, now)
@@ -367,6 +370,29 @@ func (c *Controller) cachedDeployment(ns string) func(string) (string, string, b
 		}
 		return d.ResourceVersion, d.Annotations[canary.AnnotationMove], true
 	}
+}
+
+// optedInAtLastDecision remembers, per namespace, whether it carried its
+// target the last time this process decided on it.
+type optedInAtLastDecision struct {
+	mu   sync.Mutex
+	byNS map[string]bool
+}
+
+func (o *optedInAtLastDecision) get(ns string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.byNS[ns]
+}
+
+// set records the namespace's opt-in once a decision on it was carried out.
+func (o *optedInAtLastDecision) set(ns string, optedIn bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.byNS == nil {
+		o.byNS = map[string]bool{}
+	}
+	o.byNS[ns] = optedIn
 }
 
 // refusals hold, per namespace, the move patches the apiserver refused,

@@ -91,6 +91,11 @@ type Input struct {
 	// StatusErr is why the recorded status could not be read (ParseStatus's
 	// error): the migration is then adopted from the move records.
 	StatusErr error
+	// WasOptedIn is true when the namespace carried its target the last
+	// time the agent decided on it: a finished migration's target removed
+	// since then is recorded as Stopped, so that adding it again retries,
+	// while an old status on a namespace nobody opted in takes no write.
+	WasOptedIn bool
 	// Refused holds the Deployments whose last move patch the apiserver
 	// refused (an admission policy's 403 or 422, say), with its answer.
 	Refused map[string]string
@@ -289,8 +294,13 @@ func (d *decider) optedOut(prev *Status) {
 	}
 	d.st = prev.DeepCopy()
 	if terminal(prev.Phase) {
-		// Removing the target of a finished migration lets the next opt-in
-		// start again (a retry after a rollback).
+		if !d.in.WasOptedIn {
+			// A finished migration's status on a namespace that was not
+			// opted in when meshwave last looked: an old one, left alone.
+			return
+		}
+		// The target of a finished migration was just removed: the next
+		// opt-in starts again (a retry after a rollback).
 		d.st.Phase = PhaseStopped
 		d.st.Reason = fmt.Sprintf("%s was removed after the migration ended %s: %s", AnnotationTargetRevision, prev.Phase, prev.Reason)
 		d.event("", EventNormal, "Stopped", d.st.Reason)

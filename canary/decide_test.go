@@ -29,6 +29,9 @@ type sim struct {
 	// answers are the refusals of the last decision's patches, which the
 	// next decision is told about, as the agent does.
 	refused, answers map[string]string
+	// optedIn is whether the namespace carried its target at the last
+	// decision, as the agent remembers it.
+	optedIn bool
 }
 
 func newSim(t *testing.T, ws ...Workload) *sim {
@@ -38,12 +41,13 @@ func newSim(t *testing.T, ws ...Workload) *sim {
 // decide runs one decision with the given verdicts and applies it.
 func (s *sim) decide(verdicts []Verdict) Decision {
 	s.t.Helper()
-	in := Input{Snapshot: s.snap, Status: s.status, Verdicts: verdicts, Now: s.now, Config: s.cfg}
+	in := Input{Snapshot: s.snap, Status: s.status, Verdicts: verdicts, Now: s.now, Config: s.cfg, WasOptedIn: s.optedIn}
 	if s.raw != nil {
 		in.Status, _, in.StatusErr = ParseStatus(map[string]string{AnnotationStatus: *s.raw})
 	}
 	in.Refused, s.answers = s.answers, nil
 	d := Decide(in)
+	_, s.optedIn = s.snap.Namespace.Annotations[AnnotationTargetRevision]
 	s.apply(d)
 	s.last = d
 	return d

@@ -205,12 +205,24 @@ func TestRemovingAndReaddingTheTargetAfterARollbackRetries(t *testing.T) {
 	delete(s.snap.Namespace.Annotations, AnnotationTargetRevision)
 	d := s.decide(nil)
 	assert.Equal(t, PhaseStopped, d.Status.Phase)
+	assert.Equal(t, "meshwave.io/target-revision was removed after the migration ended RolledBack: "+s.last.Status.Reason[len("meshwave.io/target-revision was removed after the migration ended RolledBack: "):], d.Status.Reason)
 	s.snap.Namespace.Annotations[AnnotationTargetRevision] = "1-26"
 	d = s.decide(nil)
 	assert.Equal(t, PhaseMigrating, d.Status.Phase)
 	require.Len(t, d.Moves, 1, "the retry moves the canary again")
 	assert.Equal(t, "a", d.Moves[0].Workload)
 	assert.Equal(t, 3, s.patches["a"], "moved, rolled back, moved again")
+}
+
+func TestAnOldFinishedStatusOnANamespaceNobodyOptedInTakesNoWrite(t *testing.T) {
+	s := newSim(t, deploy("a"))
+	s.playUntil(PhaseCompleted)
+	delete(s.snap.Namespace.Annotations, AnnotationTargetRevision)
+	s.optedIn = false // a new agent, or a namespace it never saw opted in
+	d := s.decide(nil)
+	assert.Nil(t, d.Status)
+	assert.Empty(t, d.Label)
+	assert.Empty(t, d.Events)
 }
 
 func TestARollbackWhoseMembersAreAllGoneEnds(t *testing.T) {
