@@ -7,7 +7,9 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"golang.org/x/sync/errgroup"
@@ -17,7 +19,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 
 	"github.com/meshwave/meshwave/canary"
@@ -106,7 +107,7 @@ func (c *Controller) writeNamespace(ctx context.Context, ns *corev1.Namespace, p
 		return err
 	}
 	var updated *corev1.Namespace
-	err = retry.OnError(retry.DefaultBackoff, transient, func() error {
+	err = c.retryTransient(ctx, func() error {
 		var err error
 		updated, err = c.client.CoreV1().Namespaces().Patch(ctx, ns.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "meshwave"})
 		return err
@@ -149,7 +150,7 @@ func (c *Controller) applyMoves(ctx context.Context, ns string, moves []canary.M
 				attrWave.Int(m.Record.Wave), attrTarget.String(m.Record.Revision))
 			defer span.End()
 			var updated *appsv1.Deployment
-			err := retry.OnError(retry.DefaultBackoff, transient, func() error {
+			err := c.retryTransient(gctx, func() error {
 				var err error
 				updated, err = c.client.AppsV1().Deployments(ns).Patch(gctx, m.Workload, types.MergePatchType, m.Patch, metav1.PatchOptions{FieldManager: "meshwave"})
 				return err
@@ -177,6 +178,29 @@ func (c *Controller) applyMoves(ctx context.Context, ns string, moves []canary.M
 	err = g.Wait()
 	return failed, refused, err
 }
+
+// retryTransient runs a write, retrying it with exponential backoff while
+// the apiserver answers with a transient error (429, 5xx, a timeout), for
+// at most writeRetryBudget. Any other answer, a conflict included, ends it:
+// a conflict means the decision was made from stale data, and the
+// namespace is decided again from fresh data instead.
+func (c *Controller) retryTransient(ctx context.Context, write func() error) error {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 100*time.Millisecond, 2*time.Second, writeRetryBudget
+	b.Clock = c.clock
+	return backoff.Retry(func() error {
+		err := write()
+		if err != nil && !transient(err) {
+			return backoff.Permanent(err)
+		}
+		return err
+	}, backoff.WithContext(b, ctx))
+}
+
+// writeRetryBudget bounds the retries of one write; past it, the
+// reconcile fails and the workqueue retries the namespace with its own
+// rate limit.
+const writeRetryBudget = 10 * time.Second
 
 // transient reports whether an API error is worth retrying at once.
 func transient(err error) bool {

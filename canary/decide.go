@@ -610,7 +610,7 @@ func (d *decider) ensureMoves() bool {
 	st := d.st
 	byName := d.workloads()
 	kept := st.Workloads[:0]
-	issued := false
+	issued, held := false, false
 	var failed []WorkloadState
 	var reasons []string
 	for _, m := range st.Workloads {
@@ -638,6 +638,8 @@ func (d *decider) ensureMoves() bool {
 		case refused && !moved:
 			why := fmt.Sprintf("the apiserver refused to restart %s: %s", w.Name, answer)
 			failed, reasons = append(failed, WorkloadState{Name: w.Name, State: StateFailed, Reason: why}), append(reasons, why)
+		case !moved && d.noControlPlane() != "":
+			held = true
 		case !moved:
 			rec := MoveRecord{Revision: st.TargetRevision, From: st.SourceRevision, SourceLabel: st.sourceLabelOnRecord(), Wave: st.Wave, At: d.now, Migration: st.MigrationID()}
 			d.addMove(w, rec, fmt.Sprintf("moving to %s in wave %d", st.TargetRevision, st.Wave))
@@ -645,6 +647,11 @@ func (d *decider) ensureMoves() bool {
 		}
 	}
 	st.Workloads = kept
+	if held && len(failed) == 0 {
+		d.out.Moves, d.out.Events = nil, withoutRestarts(d.out.Events)
+		d.pause(fmt.Sprintf("wave %d held before its restarts: %s", st.Wave, d.noControlPlane()))
+		return true
+	}
 	if len(failed) > 0 {
 		d.out.Moves, d.out.Events = nil, withoutRestarts(d.out.Events)
 		d.waveFailed(Verdict{Gate: gateRestart, Result: ResultFail, Reason: strings.Join(reasons, "; "), Failed: failed, At: d.now})
@@ -943,11 +950,29 @@ func (d *decider) betweenWaves() {
 		d.requeue(st.NextWaveAt.Sub(d.now))
 		return
 	}
+	if why := d.noControlPlane(); why != "" && d.plan().Remaining() > 0 {
+		d.pause(fmt.Sprintf("wave %d not started: %s", st.Wave+1, why))
+		return
+	}
 	// The previous wave is done: its failures stay counted, and the plan
 	// no longer needs to leave its members out.
 	st.PastFailed += d.countMembers(StateFailed)
 	st.Workloads = nil
 	d.startWave(d.plan())
+}
+
+// noControlPlane says why nothing may move onto the target now, or "": a
+// revision whose every istiod is gone or unready would leave the moved
+// pods without a control plane (and its injector refuses them).
+func (d *decider) noControlPlane() string {
+	rev, ok := d.snap.Mesh.Revisions[d.st.TargetRevision]
+	if !ok {
+		return fmt.Sprintf("revision %s is no longer installed", d.st.TargetRevision)
+	}
+	if rev.ReadyIstiods == 0 {
+		return fmt.Sprintf("revision %s has no Ready istiod pod (%d pods): nothing moves onto a revision without a control plane", d.st.TargetRevision, rev.Istiods)
+	}
+	return ""
 }
 
 // markCompleted ends the migration: every workload it concerns moved.

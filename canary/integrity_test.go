@@ -301,3 +301,40 @@ func TestTheNamespaceKeepsItsRevisionLabelWhileMeshwaveOwnsIt(t *testing.T) {
 	d = s.decide(nil)
 	assert.Empty(t, d.Label, "once opted out, the label is the namespace's own")
 }
+
+func TestNothingMovesOntoARevisionWithoutAControlPlane(t *testing.T) {
+	noIstiod := func(s *sim) { s.snap.Mesh.Revisions["1-26"] = Revision{Name: "1-26", Istiods: 1, ReadyIstiods: 0} }
+
+	// Between waves: the next wave does not start.
+	s := newSim(t, deploy("a"), deploy("b"))
+	s.decide(nil)
+	s.rollOut("1-26", "a")
+	s.decide(s.gates())
+	noIstiod(s)
+	s.now = s.now.Add(time.Minute)
+	d := s.decide(nil)
+	assert.Empty(t, d.Moves)
+	assert.Equal(t, PhasePaused, d.Status.Phase)
+	assert.True(t, d.SetPaused)
+	assert.Equal(t, "wave 2 not started: revision 1-26 has no Ready istiod pod (1 pods): nothing moves onto a revision without a control plane", d.Status.Reason)
+
+	// With the wave written and its restarts not sent yet (the agent
+	// stopped in between): they are held.
+	s = newSim(t, deploy("a"), deploy("b"))
+	first := Decide(Input{Snapshot: s.snap, Now: s.now, Config: s.cfg})
+	s.status = first.Status
+	s.snap.Namespace.Labels[LabelRev] = "1-26"
+	noIstiod(s)
+	d = s.decide(nil)
+	assert.Empty(t, d.Moves)
+	assert.Equal(t, PhasePaused, d.Status.Phase)
+	assert.Equal(t, "wave 1 held before its restarts: revision 1-26 has no Ready istiod pod (1 pods): nothing moves onto a revision without a control plane", d.Status.Reason)
+	assert.Zero(t, s.patches["a"])
+
+	// Back, and resumed: the held restart goes out once.
+	s.snap.Mesh.Revisions["1-26"] = Revision{Name: "1-26", Istiods: 1, ReadyIstiods: 1}
+	delete(s.snap.Namespace.Annotations, AnnotationPaused)
+	d = s.decide(nil)
+	require.Len(t, d.Moves, 1)
+	assert.Equal(t, "a", d.Moves[0].Workload)
+}
