@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -41,6 +42,7 @@ type Cluster struct {
 	BootTime time.Duration
 
 	tb       *harnessTB
+	api      *apiServer
 	cancel   context.CancelFunc
 	stops    []func()
 	stopOnce sync.Once
@@ -94,11 +96,12 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	}
 	c.stops = append(c.stops, etcd.stop)
 
-	api, err := startAPIServer(c.tb, etcd.clientURL)
+	api, err := startAPIServer(c.tb, etcd.clientURL, filepath.Join(dir, "apiserver"))
 	if err != nil {
 		return nil, err
 	}
-	c.stops = append(c.stops, api.teardown)
+	c.api = api
+	c.stops = append(c.stops, api.close)
 	c.Config = api.config
 	c.Client, err = kubernetes.NewForConfig(c.Config)
 	if err != nil {
@@ -132,6 +135,20 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	c.stops = append(c.stops, factory.Shutdown)
 	c.BootTime = time.Since(begin)
 	return c, nil
+}
+
+// RestartAPIServer stops kube-apiserver, dropping every connection to it,
+// and starts it again on the same etcd at the same address, with the same
+// certificate and credentials: clients reconnect as they would to a
+// restarted apiserver process. It returns once the new one serves.
+func (c *Cluster) RestartAPIServer(ctx context.Context) error {
+	if err := c.api.restart(ctx); err != nil {
+		return err
+	}
+	return wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := c.Client.Discovery().ServerVersion()
+		return err == nil, nil
+	})
 }
 
 // Stop stops every component, newest first, and removes temporary files.

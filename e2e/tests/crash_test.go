@@ -116,7 +116,7 @@ func runCrashPoint(f *fixture.Fixture, sc crashScenario, ns string, crashAfter i
 	var mu sync.Mutex
 	crashed := make(chan struct{})
 	counted := 0
-	first := startReplicaWith(f.T, f, cfg, "first-"+ns, log, func(l *link) {
+	first := startReplica(f.T, f, cfg, "first-"+ns, log, withLink(func(l *link) {
 		l.afterWrite = func(w write) {
 			if w.object != "namespaces "+ns && !strings.HasPrefix(w.object, "deployments "+ns+"/") {
 				return
@@ -134,14 +134,14 @@ func runCrashPoint(f *fixture.Fixture, sc crashScenario, ns string, crashAfter i
 				close(crashed)
 			}
 		}
-	})
+	}))
 	optIn(f, ns, "1-26", 10)
 	if crashAfter > 0 {
 		select {
 		case <-crashed:
 			run.crashed = true
 			first.crash()
-			startReplicaWith(f.T, f, cfg, "second-"+ns, log, nil)
+			startReplica(f.T, f, cfg, "second-"+ns, log)
 		case <-time.After(time.Minute):
 		}
 	}
@@ -158,16 +158,6 @@ func runCrashPoint(f *fixture.Fixture, sc crashScenario, ns string, crashAfter i
 	}
 	run.unlabelled, run.passedWaves = history.result()
 	return run
-}
-
-// startReplicaWith is startReplica with the replica's link adjusted first.
-func startReplicaWith(t *testing.T, f *fixture.Fixture, cfg agent.Config, name string, log *writeLog, adjust func(*link)) *replica {
-	t.Helper()
-	r := startReplica(t, f, cfg, name, log)
-	if adjust != nil {
-		adjust(r.link)
-	}
-	return r
 }
 
 // nsHistory watches every version of a namespace: whether it carried its

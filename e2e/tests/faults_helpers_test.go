@@ -89,6 +89,9 @@ type link struct {
 	cutLease atomic.Bool
 	// afterWrite sees each accepted write, before the agent sees its answer.
 	afterWrite func(write)
+	// intercept, when it returns an answer, answers a request in the
+	// apiserver's place: a fault injected on the wire.
+	intercept func(req *http.Request, object string) *http.Response
 }
 
 var errCrashed = errors.New("dial tcp: connection refused (the agent is gone)")
@@ -101,7 +104,16 @@ func (l *link) RoundTrip(req *http.Request) (*http.Response, error) {
 	if l.cutLease.Load() && strings.HasPrefix(obj, "leases ") {
 		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("lease unreachable")}
 	}
-	resp, err := l.next.RoundTrip(req)
+	var resp *http.Response
+	var err error
+	if l.intercept != nil {
+		resp = l.intercept(req, obj)
+	}
+	if resp == nil {
+		resp, err = l.next.RoundTrip(req)
+	} else {
+		resp.Request = req
+	}
 	if err != nil || req.Method == http.MethodGet {
 		return resp, err
 	}
@@ -117,31 +129,70 @@ func (l *link) RoundTrip(req *http.Request) (*http.Response, error) {
 // Deployment would: its own client (through its link), metrics registry
 // and /metrics, /healthz and /readyz server.
 type replica struct {
-	name   string
-	link   *link
-	ctrl   *agent.Controller
-	addr   string
-	srv    *http.Server
-	cancel context.CancelFunc
-	done   chan error
-	once   sync.Once
+	name    string
+	link    *link
+	addr    string
+	srv     *http.Server
+	handler atomic.Pointer[http.Handler]
+	cancel  context.CancelFunc
+	done    chan error
+	once    sync.Once
+
+	mu       sync.Mutex
+	ctrl     *agent.Controller
+	restarts int
 }
 
-func startReplica(t *testing.T, f *fixture.Fixture, cfg agent.Config, name string, log *writeLog) *replica {
+// replicaOption adjusts a replica before it starts.
+type replicaOption func(*replicaSetup)
+
+type replicaSetup struct {
+	link    *link
+	reg     *prometheus.Registry
+	restart bool
+}
+
+// restartedOnLostLease restarts the replica, as the kubelet restarts the
+// agent's container, when it exits because it lost its lease.
+func restartedOnLostLease() replicaOption {
+	return func(s *replicaSetup) { s.restart = true }
+}
+
+// withLink adjusts the replica's link (its faults and hooks).
+func withLink(adjust func(*link)) replicaOption {
+	return func(s *replicaSetup) { adjust(s.link) }
+}
+
+// withRegistry gives the replica a registry of the caller's.
+func withRegistry(reg *prometheus.Registry) replicaOption {
+	return func(s *replicaSetup) { s.reg = reg }
+}
+
+func startReplica(t *testing.T, f *fixture.Fixture, cfg agent.Config, name string, log *writeLog, opts ...replicaOption) *replica {
 	t.Helper()
 	l := &link{name: name, log: log}
+	setup := replicaSetup{link: l, reg: prometheus.NewRegistry()}
+	for _, o := range opts {
+		o(&setup)
+	}
 	rc := rest.CopyConfig(f.World.Cluster.Config)
 	rc.UserAgent = "meshwave/" + name
 	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper { l.next = rt; return l })
 	client, err := kubernetes.NewForConfig(rc)
 	require.NoError(t, err)
-	reg := prometheus.NewRegistry()
-	ctrl, err := agent.New(agent.Options{Client: client, Config: cfg, Identity: name, Registerer: reg})
-	require.NoError(t, err)
+	incarnation := func(reg *prometheus.Registry) (*agent.Controller, http.Handler) {
+		ctrl, err := agent.New(agent.Options{Client: client, Config: cfg, Identity: name, Registerer: reg})
+		require.NoError(t, err)
+		return ctrl, ctrl.Handler(reg)
+	}
+	ctrl, handler := incarnation(setup.reg)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	r := &replica{name: name, link: l, ctrl: ctrl, addr: lis.Addr().String(), done: make(chan error, 1),
-		srv: &http.Server{Handler: ctrl.Handler(reg), ReadHeaderTimeout: 5 * time.Second}}
+	r := &replica{name: name, link: l, ctrl: ctrl, addr: lis.Addr().String(), done: make(chan error, 1)}
+	r.handler.Store(&handler)
+	r.srv = &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		(*r.handler.Load()).ServeHTTP(w, req)
+	})}
 	go func() { _ = r.srv.Serve(lis) }()
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
@@ -150,9 +201,31 @@ func startReplica(t *testing.T, f *fixture.Fixture, cfg agent.Config, name strin
 			t.Logf("agent %s: %s %s", name, prefix, args)
 		}
 	}, funcr.Options{Verbosity: 2})
-	go func() { r.done <- ctrl.Run(klog.NewContext(ctx, logger)) }()
+	go func() {
+		for {
+			err := r.controller().Run(klog.NewContext(ctx, logger))
+			if !setup.restart || !errors.Is(err, agent.ErrLostLease) || ctx.Err() != nil {
+				r.done <- err
+				return
+			}
+			// The container exits and the kubelet starts a new one: new
+			// caches, new metrics.
+			r.controller().Shutdown()
+			ctrl, handler := incarnation(prometheus.NewRegistry())
+			r.mu.Lock()
+			r.ctrl, r.restarts = ctrl, r.restarts+1
+			r.mu.Unlock()
+			r.handler.Store(&handler)
+		}
+	}()
 	t.Cleanup(r.stop)
 	return r
+}
+
+func (r *replica) controller() *agent.Controller {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ctrl
 }
 
 // crash stops the replica as a killed process would: from now on none of
@@ -167,7 +240,7 @@ func (r *replica) stop() {
 	r.once.Do(func() {
 		r.cancel()
 		<-r.done
-		r.ctrl.Shutdown()
+		r.controller().Shutdown()
 		_ = r.srv.Close()
 	})
 }
@@ -300,6 +373,16 @@ func (lw *labelWatch) versionsWithoutLabel() []string {
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
 	return append([]string(nil), lw.missing...)
+}
+
+// atomicMap counts per key under a lock.
+type atomicMap struct{ mu sync.Mutex }
+
+func (a *atomicMap) inc(m map[string]int, key string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	m[key]++
+	return m[key]
 }
 
 func sortedObjects(m map[string]int) []string {

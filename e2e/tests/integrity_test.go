@@ -38,9 +38,9 @@ func TestStateIntegrity(t *testing.T) {
 			{"refused-403", "Forbidden", 403},
 			{"refused-422", "", 422},
 		} {
-			denyRestarts(f, tc.ns, tc.reason)
 			f.Given().Namespace(tc.ns, map[string]string{mesh.LabelRev: "1-25"}, nil).
 				Deployment(tc.ns, "api", fixture.Replicas(1)).Deployment(tc.ns, "web", fixture.Replicas(1)).RolledOut(tc.ns)
+			denyRestarts(f, tc.ns, tc.reason)
 			counter := newAPICounter()
 			optIn(f, tc.ns, "1-26", 10)
 			a := startAgent(t, f, testConfig(f), counter, "agent-"+tc.ns)
@@ -187,6 +187,13 @@ func denyRestarts(f *fixture.Fixture, ns, reason string) {
 		},
 	}, metav1.CreateOptions{})
 	require.NoError(f.T, err)
+	// A new policy is enforced once the apiserver has loaded it: wait until
+	// a dry run of a restart is refused.
+	f.Eventually("the policy to refuse a restart of "+ns+"/api", func() (bool, string) {
+		patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{%q:%q}}}}}`, canary.AnnotationRestartedAt, time.Now().Format(time.RFC3339Nano))
+		_, err := f.Client.AppsV1().Deployments(ns).Patch(f.Ctx, "api", types.MergePatchType, []byte(patch), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		return err != nil, fmt.Sprint(err)
+	})
 }
 
 // editStatus rewrites a namespace's status JSON as a person would.
