@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -139,7 +140,10 @@ func TestTheChartInstallsAndItsRBACSuffices(t *testing.T) {
 	chart := filepath.Join(repoRoot(t), "charts", "meshwave")
 	lint := helm(t, "lint", chart, "--namespace", "istio-system")
 	assert.Contains(t, lint, "1 chart(s) linted, 0 chart(s) failed")
+	// --api-versions says what a cluster's discovery tells helm install:
+	// this apiserver serves ValidatingAdmissionPolicy.
 	manifests := helm(t, "template", "meshwave", chart, "--namespace", "istio-system",
+		"--api-versions", "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy",
 		"--set", "prometheusRule.enabled=true", "--set", "serviceMonitor.enabled=true", "--set", "dashboard.enabled=true")
 	objs := decodeObjects(t, manifests)
 	_, stderr, err := runHelm(t, "template", "meshwave", chart, "--namespace", "istio-system", "--set", "config.failurePolicy=Retry")
@@ -154,7 +158,8 @@ func TestTheChartInstallsAndItsRBACSuffices(t *testing.T) {
 	}
 	for _, want := range []string{"ServiceAccount/meshwave", "ClusterRole/meshwave", "ClusterRoleBinding/meshwave", "Role/meshwave-leader",
 		"RoleBinding/meshwave-leader", "ConfigMap/meshwave-config", "ConfigMap/meshwave-dashboard", "Deployment/meshwave",
-		"Service/meshwave-metrics", "ServiceMonitor/meshwave", "PrometheusRule/meshwave"} {
+		"Service/meshwave-metrics", "ServiceMonitor/meshwave", "PrometheusRule/meshwave",
+		"ValidatingAdmissionPolicy/meshwave-write-limits", "ValidatingAdmissionPolicyBinding/meshwave-write-limits"} {
 		require.Contains(t, kinds, want)
 	}
 
@@ -228,6 +233,38 @@ func TestTheChartInstallsAndItsRBACSuffices(t *testing.T) {
 	const ns = "charted"
 	f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, nil).
 		Deployment(ns, "a").Deployment(ns, "b").RolledOut(ns)
+
+	// The write limits: once the apiserver enforces the policy, the agent's
+	// account may not change a container image, a namespace's other labels
+	// or annotations, or a Deployment's replicas; an administrator may.
+	imagePatch := []byte(`{"spec":{"template":{"spec":{"containers":[{"name":"app","image":"registry.example/evil:1"}]}}}}`)
+	f.Eventually("the write limits to be enforced", func() (bool, string) {
+		_, err := saClient.AppsV1().Deployments(ns).Patch(f.Ctx, "a", types.StrategicMergePatchType, imagePatch, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		return err != nil, fmt.Sprint(err)
+	})
+	for _, tc := range []struct {
+		name, resource, target string
+		patch                  []byte
+		want                   string
+	}{
+		{"a container image", "deployments", "a", imagePatch, "meshwave may not change a Deployment's pod spec, selector, replicas or rollout settings"},
+		{"replicas", "deployments", "a", []byte(`{"spec":{"replicas":5}}`), "meshwave may not change a Deployment's pod spec, selector, replicas or rollout settings"},
+		{"a pod template annotation it does not persist", "deployments", "a", []byte(`{"spec":{"template":{"metadata":{"annotations":{"prometheus.io/scrape":"false"}}}}}`), "meshwave may only write the restart stamp and the persisted sidecar settings into a pod template"},
+		{"another namespace label", "namespaces", ns, []byte(`{"metadata":{"labels":{"team":"evil"}}}`), "meshwave may change only the istio.io/rev label of a namespace"},
+		{"another namespace annotation", "namespaces", ns, []byte(`{"metadata":{"annotations":{"owner":"evil"}}}`), "meshwave may change only meshwave.io/ annotations of a namespace"},
+	} {
+		var err error
+		if tc.resource == "deployments" {
+			_, err = saClient.AppsV1().Deployments(ns).Patch(f.Ctx, tc.target, types.StrategicMergePatchType, tc.patch, metav1.PatchOptions{})
+		} else {
+			_, err = saClient.CoreV1().Namespaces().Patch(f.Ctx, tc.target, types.MergePatchType, tc.patch, metav1.PatchOptions{})
+		}
+		require.Error(t, err, "the agent's account changes %s", tc.name)
+		assert.True(t, apierrors.IsInvalid(err) || apierrors.IsForbidden(err), "%s: %v", tc.name, err)
+		assert.Contains(t, err.Error(), tc.want, tc.name)
+	}
+	_, err = f.Client.AppsV1().Deployments(ns).Patch(f.Ctx, "b", types.MergePatchType, []byte(`{"metadata":{"labels":{"team":"shop"}}}`), metav1.PatchOptions{})
+	require.NoError(t, err, "the limits concern only the agent's account")
 	cfg := chartCfg
 	test := testConfig(f)
 	cfg.Gates.Sync = test.Gates.Sync
