@@ -184,6 +184,12 @@ func TestTheSyncClientIsAnsweredByTheRealIstiod(t *testing.T) {
 		sort.Strings(ids)
 		assert.Equal(t, want, ids)
 	})
+	t.Run("plaintext 15010, which istiod does not authenticate without XDS_AUTH_PLAINTEXT", func(t *testing.T) {
+		_, err := analysis.GRPCSyncz{Port: f.World.Mesh.Ports().GRPCPlain, Plaintext: true, TokenFile: tokenFile(f, token), Timeout: 10 * time.Second}.
+			Syncz(f.Ctx, analysis.Istiod{IP: istiod.ReplicaAddrs()[0], Revision: "1-26"}, "")
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "code = Unauthenticated desc = authentication required")
+	})
 	t.Run("a token without the istio-ca audience", func(t *testing.T) {
 		_, err := analysis.GRPCSyncz{Port: f.World.Mesh.Ports().GRPCTLS, TokenFile: tokenFile(f, f.Token("meshwave")), Timeout: 10 * time.Second}.
 			Syncz(f.Ctx, analysis.Istiod{IP: istiod.ReplicaAddrs()[0], Revision: "1-26"}, "")
