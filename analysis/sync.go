@@ -92,16 +92,20 @@ func (g SyncGate) Evaluate(ctx context.Context, wave canary.WaveUnderTest, now t
 }
 
 // observe asks istiod what the gate needs for one run: each Ready istiod of
-// the target revision once, and, only when a proxy of the wave is missing
-// from their answers, each Ready istiod of the source revision once.
+// the target revision once, and, only when every one of them answered and
+// a proxy of the wave is missing from their answers, each Ready istiod of
+// the source revision once.
 func (g SyncGate) observe(ctx context.Context, wave canary.WaveUnderTest) SyncObservation {
 	obs := SyncObservation{Target: g.ask(ctx, g.Istiods(wave.TargetRevision), wave.Namespace)}
 	if ns, err := g.Source.CallerNamespace(); err == nil {
 		obs.CallerNamespace = ns
 	}
 	want := wantedProxies(wave)
-	found := mergeAnswers(obs.Target, want)
-	if len(found) < len(want) && wave.SourceRevision != "" && wave.SourceRevision != wave.TargetRevision {
+	answered := len(obs.Target) > 0
+	for _, a := range obs.Target {
+		answered = answered && a.Err == nil
+	}
+	if answered && len(mergeAnswers(obs.Target, want)) < len(want) && wave.SourceRevision != "" && wave.SourceRevision != wave.TargetRevision {
 		obs.Source = g.ask(ctx, g.Istiods(wave.SourceRevision), wave.Namespace)
 	}
 	return obs

@@ -247,6 +247,22 @@ func TestTheSyncGateAsksEachIstiodOncePerRun(t *testing.T) {
 		assert.Equal(t, canary.ResultPass, v.Result)
 		assert.Equal(t, map[string]int{"istiod-1-26-a shop": 1, "istiod-1-26-b shop": 1}, src.asked)
 	})
+	t.Run("a target replica that cannot be asked: the answer is inconclusive, the source not asked", func(t *testing.T) {
+		src := &countingSource{asked: map[string]int{}, answers: map[string][]ProxySync{"10.0.0.1": nil, "10.0.1.1": nil}}
+		g := SyncGate{Source: src, Istiods: func(rev string) []Istiod { return istiods[rev] }, Timeout: time.Minute, Interval: time.Second}
+		v := g.Evaluate(context.Background(), w, t0)
+		assert.Equal(t, canary.ResultInconclusive, v.Result)
+		assert.Equal(t, map[string]int{"istiod-1-26-a shop": 1, "istiod-1-26-b shop": 1}, src.asked)
+	})
+	t.Run("no Ready istiod of the target: nothing is asked", func(t *testing.T) {
+		src := &countingSource{asked: map[string]int{}}
+		g := SyncGate{Source: src, Istiods: func(rev string) []Istiod { return istiods[rev] }, Timeout: time.Minute, Interval: time.Second}
+		other := w
+		other.TargetRevision = "1-27"
+		v := g.Evaluate(context.Background(), other, t0)
+		assert.Equal(t, "no Ready istiod pod of revision 1-27 to ask", v.Reason)
+		assert.Empty(t, src.asked)
+	})
 	t.Run("a rollback's wave (source equals target) never asks twice", func(t *testing.T) {
 		same := w
 		same.SourceRevision = "1-26"
