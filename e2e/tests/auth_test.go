@@ -60,6 +60,7 @@ func TestAnAgentOutsideTheRootNamespaceSeesWhatIstiodAllows(t *testing.T) {
 	// What istiod itself shows each identity, before meshwave does
 	// anything: the root namespace every proxy, ops none.
 	all := append(f.ProxyIDs("orders", "app"), f.ProxyIDs("payments", "app")...)
+	sort.Strings(all)
 	f.Eventually("istiod 1-25 to show the root namespace every proxy", func() (bool, string) {
 		ids := syncIDs(t, f, "1-25", rootToken)
 		return strings.Join(ids, ",") == strings.Join(all, ","), strings.Join(ids, ",")
