@@ -238,7 +238,8 @@ func (g Gates) BuildGates(rootNamespace string, deps GateDeps) (func(canary.Wave
 		if deps.Istiods == nil {
 			return nil, errors.New("the sync gate needs a source of istiod pods")
 		}
-		forward = append(forward, analysis.SyncGate{Source: src, Istiods: deps.Istiods, Timeout: g.Sync.Timeout.D(), Interval: g.Sync.Interval.D()})
+		forward = append(forward, analysis.SyncGate{Source: src, Istiods: deps.Istiods, RootNamespace: rootNamespace,
+			Timeout: g.Sync.Timeout.D(), Interval: g.Sync.Interval.D()})
 	}
 	if m := g.Metrics; m.Prometheus.URL != "" || deps.Prometheus != nil {
 		q := deps.Prometheus

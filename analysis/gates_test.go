@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/assert"
@@ -98,100 +97,6 @@ func TestInjectionGate(t *testing.T) {
 			}
 		})
 	}
-}
-
-type fakeSource map[string][]ProxySync // by IP; a missing IP is unreachable
-
-func (f fakeSource) Syncz(_ context.Context, d Istiod, _ string) ([]ProxySync, error) {
-	ps, ok := f[d.IP]
-	if !ok {
-		return nil, errors.New("connection refused")
-	}
-	return ps, nil
-}
-
-func synced(id string) ProxySync {
-	return ProxySync{ID: id, Status: map[string]statusv3.ConfigStatus{
-		TypeCDS: statusv3.ConfigStatus_SYNCED, TypeLDS: statusv3.ConfigStatus_SYNCED, TypeEDS: statusv3.ConfigStatus_SYNCED,
-		TypeRDS: statusv3.ConfigStatus_SYNCED, TypeECDS: statusv3.ConfigStatus_NOT_SENT,
-	}}
-}
-
-func withStatus(p ProxySync, t string, s statusv3.ConfigStatus) ProxySync {
-	p.Status[t] = s
-	return p
-}
-
-func TestSyncGate(t *testing.T) {
-	istiods := map[string][]Istiod{
-		"1-26": {{Pod: "istiod-1-26-a", IP: "10.0.0.1"}, {Pod: "istiod-1-26-b", IP: "10.0.0.2"}},
-		"1-25": {{Pod: "istiod-1-25-a", IP: "10.0.1.1"}},
-	}
-	w := wave(member("cart", pod("cart-1", "1-26"), pod("cart-2", "1-26")))
-	started := w
-	started.Analysis.Started = map[string]time.Time{GateSync: t0}
-	tests := []struct {
-		name   string
-		src    fakeSource
-		wave   canary.WaveUnderTest
-		now    time.Time
-		result canary.Result
-		reason string
-	}{
-		{"every proxy SYNCED on some replica passes; ECDS not sent is normal", fakeSource{
-			"10.0.0.1": {synced("cart-1.shop"), synced("other-1.shop")}, "10.0.0.2": {synced("cart-2.shop")}, "10.0.1.1": nil,
-		}, started, t0, canary.ResultPass, "2 of 2 proxies SYNCED with istiod 1-26"},
-		{"a STALE proxy within the timeout is pending", fakeSource{
-			"10.0.0.1": {withStatus(synced("cart-1.shop"), TypeRDS, statusv3.ConfigStatus_STALE), synced("cart-2.shop")}, "10.0.0.2": nil,
-		}, started, t0.Add(30 * time.Second), canary.ResultPending, "1 of 2 proxies SYNCED with istiod 1-26; cart-1.shop STALE on RDS with istiod-1-26-a"},
-		{"a STALE proxy past the timeout fails, naming the pod and the type", fakeSource{
-			"10.0.0.1": {withStatus(synced("cart-1.shop"), TypeRDS, statusv3.ConfigStatus_STALE), synced("cart-2.shop")}, "10.0.0.2": nil,
-		}, started, t0.Add(2 * time.Minute), canary.ResultFail, "1 of 2 proxies SYNCED with istiod 1-26; cart-1.shop STALE on RDS with istiod-1-26-a after 2m0s"},
-		{"NOT_SENT on a subscribed type is not in sync", fakeSource{
-			"10.0.0.1": {withStatus(synced("cart-1.shop"), TypeCDS, statusv3.ConfigStatus_NOT_SENT), synced("cart-2.shop")}, "10.0.0.2": nil,
-		}, started, t0.Add(2 * time.Minute), canary.ResultFail, "1 of 2 proxies SYNCED with istiod 1-26; cart-1.shop NOT_SENT on CDS with istiod-1-26-a after 2m0s"},
-		{"a NACK is reported as such", fakeSource{
-			"10.0.0.1": {withStatus(synced("cart-1.shop"), TypeLDS, statusv3.ConfigStatus_ERROR), synced("cart-2.shop")}, "10.0.0.2": nil,
-		}, started, t0.Add(2 * time.Minute), canary.ResultFail, "1 of 2 proxies SYNCED with istiod 1-26; cart-1.shop ERROR (NACK) on LDS with istiod-1-26-a after 2m0s"},
-		{"a proxy still on the source istiod fails after the timeout, saying where it is", fakeSource{
-			"10.0.0.1": {synced("cart-1.shop")}, "10.0.0.2": nil, "10.0.1.1": {synced("cart-2.shop")},
-		}, started, t0.Add(2 * time.Minute), canary.ResultFail, "1 of 2 proxies SYNCED with istiod 1-26; cart-2.shop is connected to istiod 1-25, not 1-26 after 2m0s"},
-		{"a missing proxy is pending before the timeout", fakeSource{
-			"10.0.0.1": {synced("cart-1.shop")}, "10.0.0.2": nil, "10.0.1.1": nil,
-		}, started, t0.Add(time.Second), canary.ResultPending, "1 of 2 proxies SYNCED with istiod 1-26; cart-2.shop is not connected to istiod 1-26"},
-		{"an unreachable replica that might hold a missing proxy is inconclusive", fakeSource{
-			"10.0.0.1": {synced("cart-1.shop")},
-		}, started, t0.Add(5 * time.Minute), canary.ResultInconclusive, "1 of 2 proxies SYNCED with istiod 1-26; istiod-1-26-b (10.0.0.2) did not answer: connection refused"},
-		{"an unreachable replica does not matter when every proxy was found", fakeSource{
-			"10.0.0.1": {synced("cart-1.shop"), synced("cart-2.shop")},
-		}, started, t0, canary.ResultPass, "2 of 2 proxies SYNCED with istiod 1-26"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			g := SyncGate{Source: tt.src, Istiods: func(rev string) []Istiod { return istiods[rev] }, Timeout: 2 * time.Minute, Interval: 5 * time.Second}
-			v := g.Evaluate(context.Background(), tt.wave, tt.now)
-			assert.Equal(t, tt.result, v.Result)
-			assert.Equal(t, tt.reason, v.Reason)
-			assert.True(t, v.Checked)
-		})
-	}
-}
-
-func TestSyncGateWaitsItsInterval(t *testing.T) {
-	w := wave(member("cart", pod("cart-1", "1-26")))
-	w.Analysis.Checked = map[string]time.Time{GateSync: t0}
-	g := SyncGate{Source: fakeSource{}, Istiods: func(string) []Istiod { return nil }, Timeout: time.Minute, Interval: 5 * time.Second}
-	v := g.Evaluate(context.Background(), w, t0.Add(2*time.Second))
-	assert.Equal(t, canary.ResultPending, v.Result)
-	assert.True(t, v.Deferred)
-	assert.Equal(t, 3*time.Second, v.RetryAfter)
-}
-
-func TestSyncGateWithNoIstiodIsInconclusive(t *testing.T) {
-	g := SyncGate{Source: fakeSource{}, Istiods: func(string) []Istiod { return nil }, Timeout: time.Minute, Interval: 5 * time.Second}
-	v := g.Evaluate(context.Background(), wave(member("cart", pod("cart-1", "1-26"))), t0)
-	assert.Equal(t, canary.ResultInconclusive, v.Result)
-	assert.Equal(t, "no Ready istiod pod of revision 1-26 to ask", v.Reason)
 }
 
 // fakeProm answers every query with the same vector or error, and counts.

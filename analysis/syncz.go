@@ -39,16 +39,16 @@ const (
 
 var shortType = map[string]string{TypeCDS: "CDS", TypeLDS: "LDS", TypeEDS: "EDS", TypeRDS: "RDS", TypeECDS: "ECDS"}
 
-// requiredTypes are the types every sidecar subscribes to. Any other type a
-// proxy never subscribed to is reported NOT_SENT, which is normal.
-var requiredTypes = []string{TypeCDS, TypeLDS, TypeEDS, TypeRDS}
-
 // ProxySync is one proxy as an istiod replica reports it.
 type ProxySync struct {
 	// ID is <pod>.<namespace>.
 	ID string
-	// Status is the sync status per type URL.
+	// Status is the sync status of each type the proxy subscribed to; a
+	// type it never subscribed to is absent.
 	Status map[string]statusv3.ConfigStatus
+	// Errors holds, per type, the message of the proxy's last NACK when
+	// istiod reports one.
+	Errors map[string]string
 }
 
 // SyncSource asks one istiod replica for the sync status of the proxies
@@ -56,6 +56,10 @@ type ProxySync struct {
 // source supports filtering).
 type SyncSource interface {
 	Syncz(ctx context.Context, istiod Istiod, namespace string) ([]ProxySync, error)
+	// CallerNamespace is the namespace of the identity the source asks
+	// with: istiod shows a caller outside its root namespace only the
+	// proxies of that namespace, unless it is allow-listed.
+	CallerNamespace() (string, error)
 }
 
 // GRPCSyncz asks istiod the way istioctl proxy-status does: an xDS
@@ -211,7 +215,25 @@ func (g GRPCSyncz) transport(revision string) (credentials.TransportCredentials,
 	return credentials.NewTLS(cfg), nil
 }
 
-// Syncz implements SyncSource.
+// CallerNamespace implements SyncSource: the namespace of the token.
+func (g GRPCSyncz) CallerNamespace() (string, error) {
+	return tokenNamespace(g.TokenFile)
+}
+
+func tokenNamespace(path string) (string, error) {
+	token, err := readToken(path)
+	if err != nil {
+		return "", err
+	}
+	id, err := identityOf(token)
+	if err != nil {
+		return "", fmt.Errorf("token %s: %w", path, err)
+	}
+	return id.Namespace, nil
+}
+
+// Syncz implements SyncSource. It opens one connection, sends one request
+// and reads one answer.
 func (g GRPCSyncz) Syncz(ctx context.Context, istiod Istiod, _ string) ([]ProxySync, error) {
 	token, err := readToken(g.TokenFile)
 	if err != nil {
@@ -262,45 +284,107 @@ func (g GRPCSyncz) Syncz(ctx context.Context, istiod Istiod, _ string) ([]ProxyS
 		p := ProxySync{ID: cc.GetNode().GetId(), Status: map[string]statusv3.ConfigStatus{}}
 		for _, x := range cc.GetGenericXdsConfigs() {
 			p.Status[x.GetTypeUrl()] = x.GetConfigStatus()
+			if d := x.GetErrorState().GetDetails(); d != "" {
+				if p.Errors == nil {
+					p.Errors = map[string]string{}
+				}
+				p.Errors[x.GetTypeUrl()] = d
+			}
 		}
 		out = append(out, p)
 	}
 	return out, nil
 }
 
-// HTTPSyncz reads istiod's GET /debug/syncz on its monitoring port: nonces
-// sent and acknowledged per type, from which the status follows.
+// HTTPSyncz reads istiod's GET /debug/syncz on its monitoring port (15014).
+//
+// Each row carries a "resources" map with, per type the proxy subscribed
+// to, the nonce istiod last sent, the nonce the proxy last ACKed and the
+// message of its last NACK ("lastError"), from which the status follows as
+// syncz over gRPC gives it. An istiod whose rows lack that map gives only
+// the nonces per type: then a NACK cannot be told from STALE, nor a type
+// never subscribed to from one with nothing sent yet (both are left out).
+//
+// The rows list every xDS connection of the replica, debug clients such as
+// istioctl included; the gate looks only for the wave's proxies. istiod
+// answers callers outside its root namespace 403, unless
+// DEBUG_ENDPOINT_AUTH_ALLOWED_NAMESPACES lists theirs, and callers from
+// 127.0.0.0/8 without asking for a token at all.
 type HTTPSyncz struct {
 	Port      int
 	TokenFile string
 	Client    *http.Client
 }
 
+// httpSyncStatus is one row of GET /debug/syncz (istio
+// pilot/pkg/xds/debug.go, SyncStatus).
 type httpSyncStatus struct {
-	Proxy                string `json:"proxy"`
-	ClusterSent          string `json:"cluster_sent"`
-	ClusterAcked         string `json:"cluster_acked"`
-	ListenerSent         string `json:"listener_sent"`
-	ListenerAcked        string `json:"listener_acked"`
-	RouteSent            string `json:"route_sent"`
-	RouteAcked           string `json:"route_acked"`
-	EndpointSent         string `json:"endpoint_sent"`
-	EndpointAcked        string `json:"endpoint_acked"`
-	ExtensionConfigSent  string `json:"extensionconfig_sent"`
-	ExtensionConfigAcked string `json:"extensionconfig_acked"`
+	Proxy                string                        `json:"proxy"`
+	ClusterSent          string                        `json:"cluster_sent"`
+	ClusterAcked         string                        `json:"cluster_acked"`
+	ListenerSent         string                        `json:"listener_sent"`
+	ListenerAcked        string                        `json:"listener_acked"`
+	RouteSent            string                        `json:"route_sent"`
+	RouteAcked           string                        `json:"route_acked"`
+	EndpointSent         string                        `json:"endpoint_sent"`
+	EndpointAcked        string                        `json:"endpoint_acked"`
+	ExtensionConfigSent  string                        `json:"extensionconfig_sent"`
+	ExtensionConfigAcked string                        `json:"extensionconfig_acked"`
+	Resources            map[string]httpResourceStatus `json:"resources"`
 }
 
-// nonceStatus is istiod's rule: nothing sent is NOT_SENT, an acknowledged
-// last nonce is SYNCED, anything else STALE.
-func nonceStatus(sent, acked string) statusv3.ConfigStatus {
+type httpResourceStatus struct {
+	Sent      string `json:"sent"`
+	Acked     string `json:"acked"`
+	LastError string `json:"lastError"`
+}
+
+// nonceStatus is istiod's rule (statusgen.go, debugSyncStatus): a NACK is
+// ERROR, nothing sent is NOT_SENT, an acknowledged last nonce is SYNCED,
+// anything else STALE.
+func nonceStatus(r httpResourceStatus) statusv3.ConfigStatus {
 	switch {
-	case sent == "":
+	case r.LastError != "":
+		return statusv3.ConfigStatus_ERROR
+	case r.Sent == "":
 		return statusv3.ConfigStatus_NOT_SENT
-	case sent == acked:
+	case r.Sent == r.Acked:
 		return statusv3.ConfigStatus_SYNCED
 	default:
 		return statusv3.ConfigStatus_STALE
 	}
+}
+
+// proxySync reads a row.
+func (r httpSyncStatus) proxySync() ProxySync {
+	p := ProxySync{ID: r.Proxy, Status: map[string]statusv3.ConfigStatus{}}
+	if r.Resources != nil {
+		for t, res := range r.Resources {
+			p.Status[t] = nonceStatus(res)
+			if res.LastError != "" {
+				if p.Errors == nil {
+					p.Errors = map[string]string{}
+				}
+				p.Errors[t] = res.LastError
+			}
+		}
+		return p
+	}
+	for t, n := range map[string][2]string{
+		TypeCDS: {r.ClusterSent, r.ClusterAcked}, TypeLDS: {r.ListenerSent, r.ListenerAcked},
+		TypeRDS: {r.RouteSent, r.RouteAcked}, TypeEDS: {r.EndpointSent, r.EndpointAcked},
+		TypeECDS: {r.ExtensionConfigSent, r.ExtensionConfigAcked},
+	} {
+		if n[0] != "" {
+			p.Status[t] = nonceStatus(httpResourceStatus{Sent: n[0], Acked: n[1]})
+		}
+	}
+	return p
+}
+
+// CallerNamespace implements SyncSource: the namespace of the token.
+func (h HTTPSyncz) CallerNamespace() (string, error) {
+	return tokenNamespace(h.TokenFile)
 }
 
 // Syncz implements SyncSource.
@@ -327,7 +411,13 @@ func (h HTTPSyncz) Syncz(ctx context.Context, istiod Istiod, namespace string) (
 		return nil, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
+	switch resp.StatusCode {
+	case http.StatusOK:
+	case http.StatusUnauthorized:
+		return nil, fmt.Errorf("GET %s: %s: istiod did not accept the token (it wants a service-account token with audience istio-ca)", u.String(), resp.Status)
+	case http.StatusForbidden:
+		return nil, fmt.Errorf("GET %s: %s: istiod answers /debug/syncz only to its root namespace and the namespaces DEBUG_ENDPOINT_AUTH_ALLOWED_NAMESPACES lists", u.String(), resp.Status)
+	default:
 		return nil, fmt.Errorf("GET %s: %s", u.String(), resp.Status)
 	}
 	var rows []httpSyncStatus
@@ -336,13 +426,7 @@ func (h HTTPSyncz) Syncz(ctx context.Context, istiod Istiod, namespace string) (
 	}
 	out := make([]ProxySync, 0, len(rows))
 	for _, r := range rows {
-		out = append(out, ProxySync{ID: r.Proxy, Status: map[string]statusv3.ConfigStatus{
-			TypeCDS:  nonceStatus(r.ClusterSent, r.ClusterAcked),
-			TypeLDS:  nonceStatus(r.ListenerSent, r.ListenerAcked),
-			TypeRDS:  nonceStatus(r.RouteSent, r.RouteAcked),
-			TypeEDS:  nonceStatus(r.EndpointSent, r.EndpointAcked),
-			TypeECDS: nonceStatus(r.ExtensionConfigSent, r.ExtensionConfigAcked),
-		}})
+		out = append(out, r.proxySync())
 	}
 	return out, nil
 }

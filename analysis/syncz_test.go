@@ -10,14 +10,18 @@ import (
 	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/pem"
+	"io"
 	"math/big"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
 
+	adminv3 "github.com/envoyproxy/go-control-plane/envoy/admin/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
@@ -90,7 +94,7 @@ func (r *recordingADS) StreamAggregatedResources(s discoveryv3.AggregatedDiscove
 		Node: &corev3.Node{Id: "cart-1.shop"},
 		GenericXdsConfigs: []*statusv3.ClientConfig_GenericXdsConfig{
 			{TypeUrl: TypeLDS, ConfigStatus: statusv3.ConfigStatus_SYNCED},
-			{TypeUrl: TypeRDS, ConfigStatus: statusv3.ConfigStatus_ERROR},
+			{TypeUrl: TypeRDS, ConfigStatus: statusv3.ConfigStatus_ERROR, ErrorState: &adminv3.UpdateFailureState{Details: "duplicate virtual host"}},
 		},
 	})
 	if err != nil {
@@ -145,7 +149,10 @@ func TestTheGRPCClientNamesItselfAfterItsToken(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []ProxySync{{ID: "cart-1.shop", Status: map[string]statusv3.ConfigStatus{
 		TypeLDS: statusv3.ConfigStatus_SYNCED, TypeRDS: statusv3.ConfigStatus_ERROR,
-	}}}, got)
+	}, Errors: map[string]string{TypeRDS: "duplicate virtual host"}}}, got)
+	ns, err := client.CallerNamespace()
+	require.NoError(t, err)
+	assert.Equal(t, "istio-system", ns)
 
 	req := <-ads.got
 	assert.Equal(t, TypeDebugSyncz, req.GetTypeUrl())
@@ -157,7 +164,16 @@ func TestTheGRPCClientNamesItselfAfterItsToken(t *testing.T) {
 	// fails rather than talk to the wrong istiod.
 	_, err = client.Syncz(context.Background(), Istiod{Pod: "istiod-1-25-a", IP: host, Revision: "1-25"}, "")
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "istiod-1-25.istio-system.svc")
+	assert.Contains(t, err.Error(), "x509: certificate is valid for istiod-1-26.istio-system.svc, not istiod-1-25.istio-system.svc")
+
+	// Another CA did not sign it: verification fails too.
+	_, _, otherCA := serveADS(t, "istiod-1-26.istio-system.svc")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "other-ca.pem"), otherCA, 0o600))
+	client.CAFile = filepath.Join(dir, "other-ca.pem")
+	_, err = client.Syncz(context.Background(), Istiod{Pod: "istiod-1-26-a", IP: host, Revision: "1-26"}, "")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "x509: certificate signed by unknown authority")
+	assert.Len(t, ads.got, 0, "nothing was sent to an istiod that failed verification")
 }
 
 func TestTheGRPCClientRefusesATokenItCannotNameItselfWith(t *testing.T) {
@@ -165,4 +181,88 @@ func TestTheGRPCClientRefusesATokenItCannotNameItselfWith(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "token"), []byte("opaque"), 0o600))
 	_, err := GRPCSyncz{Port: 1, TokenFile: filepath.Join(dir, "token")}.Syncz(context.Background(), Istiod{IP: "127.0.0.1"}, "")
 	require.EqualError(t, err, "token "+filepath.Join(dir, "token")+": the token is not a JWT (want header.payload.signature)")
+}
+
+func TestTheHTTPClientReadsEachTypesNoncesAndNACKs(t *testing.T) {
+	// Rows as istiod's /debug/syncz writes them (pilot/pkg/xds/debug.go):
+	// a sidecar that NACKed RDS and has nothing sent on EDS yet, one that
+	// never asked for routes, a debug client (istiod lists every
+	// connection), and a row of an istiod without the resources map.
+	const body = `[
+	 {"cluster_id":"Kubernetes","proxy":"cart-1.shop","proxy_type":"sidecar","istio_version":"1.31-dev",
+	  "cluster_sent":"c1","cluster_acked":"c1","listener_sent":"l1","listener_acked":"l1","route_sent":"r2","route_acked":"r1","endpoint_sent":"",
+	  "resources":{
+	   "type.googleapis.com/envoy.config.cluster.v3.Cluster":{"sent":"c1","acked":"c1","sentTime":"2026-11-30T07:00:00Z"},
+	   "type.googleapis.com/envoy.config.listener.v3.Listener":{"sent":"l1","acked":"l1"},
+	   "type.googleapis.com/envoy.config.route.v3.RouteConfiguration":{"sent":"r2","acked":"r1","lastError":"duplicate virtual host"},
+	   "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment":{}}},
+	 {"proxy":"cart-2.shop","proxy_type":"sidecar","cluster_sent":"c1","cluster_acked":"c1","listener_sent":"l1","listener_acked":"l0",
+	  "resources":{
+	   "type.googleapis.com/envoy.config.cluster.v3.Cluster":{"sent":"c1","acked":"c1"},
+	   "type.googleapis.com/envoy.config.listener.v3.Listener":{"sent":"l1","acked":"l0"}}},
+	 {"proxy":"meshwave-6d4f9.istio-system","proxy_type":"sidecar"},
+	 {"proxy":"old-1.shop","cluster_sent":"c1","cluster_acked":"c1","listener_sent":"l1","listener_acked":"l1","route_sent":"r2","route_acked":"r1"}
+	]`
+	var gotAuth, gotQuery string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		gotAuth, gotQuery = r.Header.Get("Authorization"), r.URL.RawQuery
+		if r.URL.Path != "/debug/syncz" {
+			http.NotFound(w, r)
+			return
+		}
+		_, _ = io.WriteString(w, body)
+	}))
+	t.Cleanup(srv.Close)
+	host, port := splitHostPort(t, srv.Listener.Addr().String())
+	dir := t.TempDir()
+	token := jwt(`{"sub":"system:serviceaccount:istio-system:meshwave"}`)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "token"), []byte(token), 0o600))
+
+	got, err := HTTPSyncz{Port: port, TokenFile: filepath.Join(dir, "token")}.Syncz(context.Background(), Istiod{IP: host}, "shop")
+	require.NoError(t, err)
+	assert.Equal(t, "Bearer "+token, gotAuth)
+	assert.Equal(t, "namespace=shop", gotQuery)
+	assert.Equal(t, []ProxySync{
+		{ID: "cart-1.shop", Status: map[string]statusv3.ConfigStatus{
+			TypeCDS: statusv3.ConfigStatus_SYNCED, TypeLDS: statusv3.ConfigStatus_SYNCED,
+			TypeRDS: statusv3.ConfigStatus_ERROR, TypeEDS: statusv3.ConfigStatus_NOT_SENT,
+		}, Errors: map[string]string{TypeRDS: "duplicate virtual host"}},
+		{ID: "cart-2.shop", Status: map[string]statusv3.ConfigStatus{TypeCDS: statusv3.ConfigStatus_SYNCED, TypeLDS: statusv3.ConfigStatus_STALE}},
+		{ID: "meshwave-6d4f9.istio-system", Status: map[string]statusv3.ConfigStatus{}},
+		// Without the resources map a NACK looks STALE.
+		{ID: "old-1.shop", Status: map[string]statusv3.ConfigStatus{
+			TypeCDS: statusv3.ConfigStatus_SYNCED, TypeLDS: statusv3.ConfigStatus_SYNCED, TypeRDS: statusv3.ConfigStatus_STALE,
+		}},
+	}, got)
+	assert.Equal(t, `NOT_SENT on EDS, ERROR (NACK) on RDS ("duplicate virtual host")`, syncProblem(got[0]))
+	assert.Equal(t, "STALE on LDS", syncProblem(got[1]))
+}
+
+func TestTheHTTPClientSaysWhyIstiodRefused(t *testing.T) {
+	code := http.StatusForbidden
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(code) }))
+	t.Cleanup(srv.Close)
+	host, port := splitHostPort(t, srv.Listener.Addr().String())
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "token"), []byte(jwt(`{"sub":"system:serviceaccount:ops:meshwave"}`)), 0o600))
+	client := HTTPSyncz{Port: port, TokenFile: filepath.Join(dir, "token")}
+	url := "http://" + srv.Listener.Addr().String() + "/debug/syncz"
+
+	_, err := client.Syncz(context.Background(), Istiod{IP: host}, "")
+	require.EqualError(t, err, "GET "+url+": 403 Forbidden: istiod answers /debug/syncz only to its root namespace and the namespaces DEBUG_ENDPOINT_AUTH_ALLOWED_NAMESPACES lists")
+	code = http.StatusUnauthorized
+	_, err = client.Syncz(context.Background(), Istiod{IP: host}, "")
+	require.EqualError(t, err, "GET "+url+": 401 Unauthorized: istiod did not accept the token (it wants a service-account token with audience istio-ca)")
+	ns, err := client.CallerNamespace()
+	require.NoError(t, err)
+	assert.Equal(t, "ops", ns)
+}
+
+func splitHostPort(t *testing.T, addr string) (string, int) {
+	t.Helper()
+	host, port, err := net.SplitHostPort(addr)
+	require.NoError(t, err)
+	p, err := strconv.Atoi(port)
+	require.NoError(t, err)
+	return host, p
 }

@@ -178,8 +178,8 @@ func (k *Kubelet) addFault(sel PodSelector, fault PodFault) func() {
 }
 
 // AssignIPs gives the pods of namespace that match sel IPs from next instead
-// of the pod range. The simulated istiod uses it to put each replica on its
-// own loopback address, where its servers listen.
+// of the pod range. The mesh uses it to put each istiod replica on its own
+// loopback address, where its process listens.
 func (k *Kubelet) AssignIPs(namespace string, sel labels.Selector, next func() (string, error)) {
 	k.mu.Lock()
 	defer k.mu.Unlock()

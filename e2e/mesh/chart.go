@@ -3,6 +3,7 @@ package mesh
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -84,6 +85,8 @@ type chartValues struct {
 	// "disabled").
 	Replicas int
 	Policy   string
+	// Env is extra environment for istiod, the chart's env values.
+	Env map[string]string
 }
 
 // renderIstioChart renders Istio's istio-discovery chart for one revision,
@@ -106,6 +109,26 @@ func renderIstioChart(ctx context.Context, a IstioArtifacts, v chartValues, only
 	}
 	if len(v.Tags) > 0 {
 		args = append(args, "--set", "revisionTags={"+strings.Join(v.Tags, ",")+"}")
+	}
+	if len(v.Env) > 0 {
+		// A values file, since --set would split a list at its commas.
+		raw, err := json.Marshal(map[string]any{"env": v.Env})
+		if err != nil {
+			return nil, err
+		}
+		f, err := os.CreateTemp("", "istiod-values-*.json")
+		if err != nil {
+			return nil, err
+		}
+		defer os.Remove(f.Name())
+		if _, err := f.Write(raw); err != nil {
+			f.Close()
+			return nil, err
+		}
+		if err := f.Close(); err != nil {
+			return nil, err
+		}
+		args = append(args, "--values", f.Name())
 	}
 	for _, o := range only {
 		args = append(args, "--show-only", o)

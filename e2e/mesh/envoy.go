@@ -244,7 +244,7 @@ func (x *xdsState) handle(ctx context.Context, resp *discoveryv3.DiscoveryRespon
 	case statusv3.ConfigStatus_ERROR:
 		return x.send(&discoveryv3.DiscoveryRequest{TypeUrl: t, ResourceNames: x.names[t],
 			VersionInfo: x.version[t], ResponseNonce: resp.GetNonce(),
-			ErrorDetail: &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: "simulated NACK: the proxy rejected this configuration"}})
+			ErrorDetail: &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: simulatedNACK}})
 	}
 	if x.b.ackDelay > 0 {
 		select {

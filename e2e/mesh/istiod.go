@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -357,16 +359,18 @@ func leastLoaded(replicas map[string]*replica, load map[string]int) string {
 	return best
 }
 
-// typeState is what istiod tracks per proxy and type: the nonce it sent, the
-// nonce the proxy acknowledged, and whether the last response was NACKed.
+// typeState is what istiod tracks per proxy and type: whether the proxy
+// subscribed to it, the nonce it sent, the nonce the proxy acknowledged,
+// and the proxy's last NACK.
 type typeState struct {
+	subscribed  bool
 	sent, acked string
-	nacked      bool
+	lastError   string
 }
 
 func (t typeState) status() statusv3.ConfigStatus {
 	switch {
-	case t.nacked:
+	case t.lastError != "":
 		return statusv3.ConfigStatus_ERROR
 	case t.sent == "":
 		return statusv3.ConfigStatus_NOT_SENT
@@ -377,8 +381,14 @@ func (t typeState) status() statusv3.ConfigStatus {
 	}
 }
 
-// stateLocked derives the nonces istiod would hold for p and typeURL from
-// the staged faults, so that both the gRPC and the HTTP answers agree.
+// simulatedNACK is the message the simulated proxies NACK with, as the
+// real istiod's proxies (envoy.go) do.
+const simulatedNACK = "simulated NACK: the proxy rejected this configuration"
+
+// stateLocked derives the state istiod would hold for p and typeURL from
+// the staged faults, so that both the gRPC and the HTTP answers agree. A
+// NOT_SENT fault is a type the proxy never subscribed to, which istiod
+// leaves out, as for the real istiod's proxies.
 func (d *SimIstiod) stateLocked(p *proxy, typeURL string, now time.Time) typeState {
 	want := statusv3.ConfigStatus_SYNCED
 	if !subscribed[typeURL] {
@@ -396,18 +406,25 @@ func (d *SimIstiod) stateLocked(p *proxy, typeURL string, now time.Time) typeSta
 	case statusv3.ConfigStatus_NOT_SENT:
 		return typeState{}
 	case statusv3.ConfigStatus_STALE:
-		return typeState{sent: nonce + "-2", acked: nonce + "-1"}
+		return typeState{subscribed: true, sent: nonce + "-2", acked: nonce + "-1"}
 	case statusv3.ConfigStatus_ERROR:
-		return typeState{sent: nonce + "-2", acked: nonce + "-1", nacked: true}
+		return typeState{subscribed: true, sent: nonce + "-2", acked: nonce + "-1", lastError: simulatedNACK}
 	default:
-		return typeState{sent: nonce + "-1", acked: nonce + "-1"}
+		return typeState{subscribed: true, sent: nonce + "-1", acked: nonce + "-1"}
 	}
 }
 
+// allowed reports whether istiod shows a caller everything: it is in the
+// root namespace or listed in DEBUG_ENDPOINT_AUTH_ALLOWED_NAMESPACES (split
+// at commas, as istiod does).
+func (d *SimIstiod) allowed(c caller) bool {
+	return c.Namespace == d.rootNamespace || slices.Contains(strings.Split(d.rev.Env["DEBUG_ENDPOINT_AUTH_ALLOWED_NAMESPACES"], ","), c.Namespace)
+}
+
 // visibleTo applies the access rule of Istio 1.28.7 and later: a caller
-// outside the root namespace sees only the proxies of its own namespace.
+// that is not allowed sees only the proxies of its own namespace.
 func (d *SimIstiod) visibleTo(c caller) func(*proxy) bool {
-	if c.Namespace == d.rootNamespace {
+	if d.allowed(c) {
 		return func(*proxy) bool { return true }
 	}
 	return func(p *proxy) bool { return p.namespace == c.Namespace }
@@ -439,6 +456,15 @@ type httpSyncStatus struct {
 	EndpointAcked        string `json:"endpoint_acked,omitempty"`
 	ExtensionConfigSent  string `json:"extensionconfig_sent,omitempty"`
 	ExtensionConfigAcked string `json:"extensionconfig_acked,omitempty"`
+	// Resources holds, per type the proxy subscribed to, its nonces and
+	// last NACK.
+	Resources map[string]httpResourceStatus `json:"resources,omitempty"`
+}
+
+type httpResourceStatus struct {
+	Sent      string `json:"sent,omitempty"`
+	Acked     string `json:"acked,omitempty"`
+	LastError string `json:"lastError,omitempty"`
 }
 
 func (d *SimIstiod) serveHTTPSyncz(replicaPod string) http.HandlerFunc {
@@ -448,9 +474,11 @@ func (d *SimIstiod) serveHTTPSyncz(replicaPod string) http.HandlerFunc {
 			http.Error(w, err.Error(), http.StatusUnauthorized)
 			return
 		}
-		// Since 1.27.6 the HTTP debug endpoints refuse callers outside the
-		// system namespace outright.
-		if c.Namespace != d.rootNamespace {
+		// Since 1.27.6 the HTTP debug endpoints refuse callers that are
+		// not allowed outright (istiod's allowAuthenticatedOrLocalhost,
+		// for a caller that is not on loopback: the simulator takes every
+		// caller as remote).
+		if !d.allowed(c) {
 			http.Error(w, fmt.Sprintf("namespace %s is not allowed to use debug endpoints", c.Namespace), http.StatusForbidden)
 			return
 		}
@@ -470,6 +498,12 @@ func (d *SimIstiod) serveHTTPSyncz(replicaPod string) http.HandlerFunc {
 			s.EndpointSent, s.EndpointAcked = st(TypeEDS).sent, st(TypeEDS).acked
 			s.ClusterSent, s.ClusterAcked = st(TypeCDS).sent, st(TypeCDS).acked
 			s.ExtensionConfigSent, s.ExtensionConfigAcked = st(TypeECDS).sent, st(TypeECDS).acked
+			s.Resources = map[string]httpResourceStatus{}
+			for _, t := range append(syncTypes, TypeECDS) {
+				if ts := st(t); ts.subscribed {
+					s.Resources[t] = httpResourceStatus{Sent: ts.sent, Acked: ts.acked, LastError: ts.lastError}
+				}
+			}
 			out = append(out, s)
 		}
 		d.mu.Unlock()

@@ -2,6 +2,8 @@ package mesh
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -47,7 +49,9 @@ type Revision struct {
 	Default bool
 	// Env is extra environment for istiod, for example
 	// XDS_AUTH_PLAINTEXT=true, without which istiod answers no debug
-	// request on its plaintext port.
+	// request on its plaintext port, or DEBUG_ENDPOINT_AUTH_ALLOWED_NAMESPACES.
+	// It goes through Istio's chart (its env values, as --set
+	// pilot.env.NAME=VALUE), so the istiod Deployment carries it.
 	Env map[string]string
 }
 
@@ -205,24 +209,19 @@ func Start(ctx context.Context, opts Options) (_ *Mesh, err error) {
 	if err := m.ensureNamespace(ctx, opts.RootNamespace, nil); err != nil {
 		return nil, err
 	}
-	if m.istio != nil {
-		crds, err := istioCRDs(*m.istio)
-		if err != nil {
-			return nil, err
-		}
-		if err := m.apply.apply(ctx, crds); err != nil {
-			return nil, fmt.Errorf("Istio's CRDs: %w", err)
-		}
-	}
 	if opts.MeshV1 {
 		if err := m.meshV1.register(ctx, m.client, m.injector.url, m.injector.caBundle); err != nil {
 			return nil, err
 		}
 	}
-	for _, rev := range opts.Revisions {
-		if err := m.InstallRevision(ctx, rev); err != nil {
-			return nil, err
+	if m.istio == nil {
+		for _, rev := range opts.Revisions {
+			if err := m.InstallRevision(ctx, rev); err != nil {
+				return nil, err
+			}
 		}
+	} else if err := m.installReal(ctx, opts.Revisions); err != nil {
+		return nil, err
 	}
 	for tag, rev := range opts.Tags {
 		if err := m.SetTag(ctx, tag, rev); err != nil {
@@ -230,6 +229,35 @@ func Start(ctx context.Context, opts Options) (_ *Mesh, err error) {
 		}
 	}
 	return m, nil
+}
+
+// installReal installs Istio's CRDs and the revisions at once: each
+// istiod takes seconds to start, and the apiserver as long to establish
+// the CRDs, which istiod picks up whenever they appear. Concurrent istiods
+// agree on one CA, as they do in a cluster: the one that loses the race to
+// create istio-ca-secret reads it.
+func (m *Mesh) installReal(ctx context.Context, revs []Revision) error {
+	crds, err := istioCRDs(*m.istio)
+	if err != nil {
+		return err
+	}
+	errs := make([]error, len(revs)+1)
+	var wg sync.WaitGroup
+	wg.Add(len(revs) + 1)
+	go func() {
+		defer wg.Done()
+		if err := m.apply.apply(ctx, crds); err != nil {
+			errs[0] = fmt.Errorf("Istio's CRDs: %w", err)
+		}
+	}()
+	for i, rev := range revs {
+		go func() {
+			defer wg.Done()
+			errs[i+1] = m.InstallRevision(ctx, rev)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // Stop stops every server of the mesh. Its objects stay in the cluster.
@@ -453,9 +481,55 @@ func (m *Mesh) observePod(obj any, deleted bool) {
 		return
 	}
 	running := !deleted && pod.DeletionTimestamp == nil && pod.Status.Phase == corev1.PodRunning && pod.Status.PodIP != ""
-	for name, d := range istiods {
-		d.observeProxyPod(pod, running && name == st.Revision)
+	rev := st.Revision
+	if m.istio != nil {
+		rev = m.discoveryRevision(pod, rev)
 	}
+	for name, d := range istiods {
+		d.observeProxyPod(pod, running && name == rev)
+	}
+}
+
+// discoveryRevision is the revision whose istiod a proxy connects to: the
+// one its discoveryAddress names (istiod-<rev>.<root>.svc, or istiod.<root>.svc
+// for the default revision), as istio-proxy reads it from the PROXY_CONFIG
+// the injector wrote from the mesh config and the pod's
+// proxy.istio.io/config annotation; by default the revision that injected it.
+func (m *Mesh) discoveryRevision(pod *corev1.Pod, injectedBy string) string {
+	var raw string
+	for _, c := range append(pod.Spec.InitContainers, pod.Spec.Containers...) {
+		if c.Name != ProxyContainer {
+			continue
+		}
+		for _, e := range c.Env {
+			if e.Name == "PROXY_CONFIG" {
+				raw = e.Value
+			}
+		}
+	}
+	var pc struct {
+		DiscoveryAddress string `json:"discoveryAddress"`
+	}
+	if raw == "" || json.Unmarshal([]byte(raw), &pc) != nil || pc.DiscoveryAddress == "" {
+		return injectedBy
+	}
+	host, _, err := net.SplitHostPort(pc.DiscoveryAddress)
+	if err != nil {
+		return injectedBy
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for name, d := range m.istiods {
+		switch host {
+		case "istiod-" + name + "." + m.opts.RootNamespace + ".svc":
+			return name
+		case "istiod." + m.opts.RootNamespace + ".svc":
+			if d.Revision().Default {
+				return name
+			}
+		}
+	}
+	return injectedBy
 }
 
 // podObserver is what both istiods do with pod events.

@@ -213,8 +213,9 @@ func (d *realIstiod) observeIstiodPod(pod *corev1.Pod, deleted bool) {
 		return
 	}
 	d.starting[pod.Name] = true
+	pod = pod.DeepCopy()
 	go func() {
-		p, err := d.startProcess(pod.Name, pod.Status.PodIP)
+		p, err := d.startProcess(pod)
 		d.mu.Lock()
 		defer d.mu.Unlock()
 		delete(d.starting, pod.Name)
@@ -297,23 +298,27 @@ type istiodProcess struct {
 	logPath string
 }
 
-// startProcess runs pilot-discovery for one istiod pod with the pod's
-// environment (the chart's Deployment sets the same), on the pod's address,
-// and returns once it answers /ready.
-func (d *realIstiod) startProcess(pod, ip string) (*istiodProcess, error) {
+// startProcess runs pilot-discovery for one istiod pod, on the pod's
+// address, with the environment the chart's Deployment gives its discovery
+// container, and returns once it answers /ready.
+func (d *realIstiod) startProcess(pod *corev1.Pod) (*istiodProcess, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	m := d.m
-	sa := "istiod-" + d.rev.Name
-	dir := filepath.Join(m.dir, "istiod", pod)
+	ip := pod.Status.PodIP
+	dir := filepath.Join(m.dir, "istiod", pod.Name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
 	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := m.serviceAccountKubeconfig(ctx, m.opts.RootNamespace, sa, kubeconfig); err != nil {
+	if err := m.serviceAccountKubeconfig(ctx, pod.Namespace, pod.Spec.ServiceAccountName, kubeconfig); err != nil {
 		return nil, err
 	}
-	p := &istiodProcess{pod: pod, ip: ip, exited: make(chan struct{}), logPath: filepath.Join(dir, "istiod.log")}
+	env, err := containerEnv(pod, "discovery")
+	if err != nil {
+		return nil, err
+	}
+	p := &istiodProcess{pod: pod.Name, ip: ip, exited: make(chan struct{}), logPath: filepath.Join(dir, "istiod.log")}
 	logFile, err := os.Create(p.logPath)
 	if err != nil {
 		return nil, err
@@ -334,23 +339,17 @@ func (d *realIstiod) startProcess(pod, ip string) (*istiodProcess, error) {
 	// istiod reads its injection templates and mesh config from the
 	// chart's ConfigMaps, as it does when they are not mounted.
 	p.cmd.Dir = dir
-	p.cmd.Env = append(os.Environ(),
-		"REVISION="+d.rev.Name,
-		"POD_NAME="+pod,
-		"POD_NAMESPACE="+m.opts.RootNamespace,
-		"SERVICE_ACCOUNT="+sa,
-		"PILOT_CERT_PROVIDER=istiod",
-		"JWT_POLICY=third-party-jwt",
-		"CLUSTER_ID=Kubernetes",
-		"PILOT_ENABLE_ANALYSIS=false",
-		"CA_TRUSTED_NODE_ACCOUNTS="+m.opts.RootNamespace+"/ztunnel",
-		// Its serving certificate must name the addresses it is reached at.
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Env = append(p.cmd.Env,
+		// What a pod has that this process has not: its API credentials
+		// (the chart's KUBECONFIG names a remote-cluster secret that is not
+		// mounted here), a serving certificate that names the addresses
+		// it is reached at rather than the Service's DNS name only, and a
+		// CPU limit.
+		"KUBECONFIG="+kubeconfig,
 		"ISTIOD_CUSTOM_HOST="+ip+","+d.serviceIP,
 		"GOMAXPROCS=2",
 	)
-	for k, v := range d.rev.Env {
-		p.cmd.Env = append(p.cmd.Env, k+"="+v)
-	}
 	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
 	// Never outlive the test process.
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -363,8 +362,10 @@ func (d *realIstiod) startProcess(pod, ip string) (*istiodProcess, error) {
 		logFile.Close()
 		close(p.exited)
 	}()
+	started := time.Now()
 	for {
 		if p.ready(time.Second) {
+			m.opts.Logf("istiod %s: %s ready in %s", d.rev.Name, pod.Name, time.Since(started).Round(time.Millisecond))
 			return p, nil
 		}
 		select {
@@ -376,6 +377,38 @@ func (d *realIstiod) startProcess(pod, ip string) (*istiodProcess, error) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// containerEnv is the environment a kubelet gives a container: its values,
+// and the pod fields they refer to. Resource references are left out.
+func containerEnv(pod *corev1.Pod, container string) ([]string, error) {
+	for _, c := range pod.Spec.Containers {
+		if c.Name != container {
+			continue
+		}
+		var env []string
+		for _, e := range c.Env {
+			switch {
+			case e.ValueFrom == nil:
+				env = append(env, e.Name+"="+e.Value)
+			case e.ValueFrom.FieldRef != nil:
+				var v string
+				switch e.ValueFrom.FieldRef.FieldPath {
+				case "metadata.name":
+					v = pod.Name
+				case "metadata.namespace":
+					v = pod.Namespace
+				case "spec.serviceAccountName":
+					v = pod.Spec.ServiceAccountName
+				default:
+					return nil, fmt.Errorf("pod %s: env %s refers to %s, which the world does not resolve", pod.Name, e.Name, e.ValueFrom.FieldRef.FieldPath)
+				}
+				env = append(env, e.Name+"="+v)
+			}
+		}
+		return env, nil
+	}
+	return nil, fmt.Errorf("pod %s has no %s container", pod.Name, container)
 }
 
 func (p *istiodProcess) ready(timeout time.Duration) bool {
@@ -546,7 +579,7 @@ func (m *Mesh) installRealRevision(ctx context.Context, rev Revision) error {
 	m.opts.IPs.AssignIPs(root, sel, m.allocateIP)
 	m.opts.IPs.Probe(root, sel, d.ready)
 
-	objs, err := renderIstioChart(ctx, *m.istio, chartValues{Revision: rev.Name, RootNamespace: root, ServiceIP: ip, Replicas: rev.Replicas, Policy: rev.InjectionPolicy})
+	objs, err := renderIstioChart(ctx, *m.istio, chartValues{Revision: rev.Name, RootNamespace: root, ServiceIP: ip, Replicas: rev.Replicas, Policy: rev.InjectionPolicy, Env: rev.Env})
 	if err != nil {
 		return err
 	}

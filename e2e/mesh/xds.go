@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	adminv3 "github.com/envoyproxy/go-control-plane/envoy/admin/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
@@ -117,11 +118,15 @@ func (s *adsServer) syncz(c caller) (*discoveryv3.DiscoveryResponse, error) {
 		}
 		cc := &statusv3.ClientConfig{Node: &corev3.Node{Id: p.id(), Metadata: meta}}
 		for _, t := range syncTypes {
-			cc.GenericXdsConfigs = append(cc.GenericXdsConfigs, &statusv3.ClientConfig_GenericXdsConfig{
-				TypeUrl:      t,
-				ConfigStatus: d.stateLocked(p, t, now).status(),
-				LastUpdated:  timestamppb.New(p.connectedAt),
-			})
+			st := d.stateLocked(p, t, now)
+			if !st.subscribed {
+				continue
+			}
+			x := &statusv3.ClientConfig_GenericXdsConfig{TypeUrl: t, ConfigStatus: st.status(), LastUpdated: timestamppb.New(p.connectedAt)}
+			if st.lastError != "" {
+				x.ErrorState = &adminv3.UpdateFailureState{LastUpdateAttempt: timestamppb.New(p.connectedAt), Details: st.lastError}
+			}
+			cc.GenericXdsConfigs = append(cc.GenericXdsConfigs, x)
 		}
 		a, err := anypb.New(cc)
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -214,33 +215,82 @@ func TestABadRevisionIsCaughtAndRolledBack(t *testing.T) {
 	assert.Equal(t, canary.PhaseRolledBack, rows[0].Status.Phase)
 }
 
-// TestAStaleProxyFailsTheSyncGate keeps the new reviews proxies STALE on
-// RDS: the xDS gate fails after its timeout naming the pod and the type, and
-// the namespace's own failure policy (Pause) applies.
-func TestAStaleProxyFailsTheSyncGate(t *testing.T) {
+// TestProxiesOutOfSyncFailTheSyncGate makes the new proxies of five
+// namespaces misbehave at the xDS protocol level, each its own way, and lets
+// Istio's istiod report it: one stops ACKing RDS (STALE), one NACKs it
+// (ERROR, never SYNCED), one never subscribes to LDS (istiod leaves the
+// type out), one drops its stream, and one, injected by 1-26, is pointed at
+// 1-25's istiod by its proxy.istio.io/config. The xDS gate fails each after
+// its timeout with istiod's word for it, the pod and the replica; each
+// namespace's own failure policy applies: Pause, or for the NACK the
+// default RollbackWave, which returns the pods to 1-25 where their
+// proxies are in sync.
+func TestProxiesOutOfSyncFailTheSyncGate(t *testing.T) {
 	f := fixture.New(t, world.Options{NoPrometheus: true})
-	const ns = "stale"
-	f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, map[string]string{canary.AnnotationFailurePolicy: "Pause"}).
-		Deployment(ns, "reviews", fixture.Replicas(1)).
-		RolledOut(ns)
-	f.World.Mesh.Istiod("1-26").SetProxyStatus(ns, fixture.PodSelector(map[string]string{"app": "reviews"}), mesh.TypeRDS, statusv3.ConfigStatus_STALE)
+	istiod := f.World.Mesh.Istiod("1-26")
+	app := fixture.PodSelector(map[string]string{"app": "reviews"})
+	pause := map[string]string{canary.AnnotationFailurePolicy: "Pause"}
+	cases := []struct {
+		ns          string
+		annotations map[string]string
+		stage       func(ns string)
+		problem     string
+		opts        []fixture.DeploymentOption
+	}{
+		{"stale", pause, func(ns string) { istiod.SetProxyStatus(ns, app, mesh.TypeRDS, statusv3.ConfigStatus_STALE) }, "STALE on RDS", nil},
+		{"nolds", pause, func(ns string) { istiod.SetProxyStatus(ns, app, mesh.TypeLDS, statusv3.ConfigStatus_NOT_SENT) }, "not subscribed to LDS", nil},
+		{"gone", pause, func(ns string) { istiod.Disconnect(ns, app) }, "is not connected to istiod 1-26", nil},
+		{"astray", pause, func(string) {}, "is connected to istiod 1-25, not 1-26",
+			[]fixture.DeploymentOption{fixture.TemplateAnnotations(map[string]string{"proxy.istio.io/config": "discoveryAddress: istiod-1-25.istio-system.svc:15012"})}},
+		{"nack", nil, func(ns string) { istiod.SetProxyStatus(ns, app, mesh.TypeRDS, statusv3.ConfigStatus_ERROR) },
+			`ERROR (NACK) on RDS ("simulated NACK: the proxy rejected this configuration")`, nil},
+	}
+	for _, c := range cases {
+		f.Given().Namespace(c.ns, map[string]string{mesh.LabelRev: "1-25"}, c.annotations).Deployment(c.ns, "reviews", append(c.opts, fixture.Replicas(1))...)
+		c.stage(c.ns)
+	}
+	for _, c := range cases {
+		f.WaitForNamespaceRolledOut(c.ns)
+	}
 	cfg := testConfig(f)
 	cfg.Gates.Sync.Timeout = agent.Duration(4 * time.Second)
-	optIn(f, ns, "1-26", 10)
+	cfg.Concurrency = len(cases)
+	for _, c := range cases {
+		optIn(f, c.ns, "1-26", 10)
+	}
 	startAgent(t, f, cfg, newAPICounter(), "agent-1")
+	replicas := f.IstiodPods("1-26")
+	require.Len(t, replicas, 1)
 
-	st := waitForPhase(f, ns, canary.PhasePaused, time.Minute)
-	pods, _, err := f.DeploymentPods(ns, "reviews")
-	require.NoError(t, err)
-	require.Len(t, pods, 1)
-	istiod := f.World.Mesh.Istiod("1-26")
-	require.Len(t, istiod.ReplicaAddrs(), 1)
-	want := fmt.Sprintf("0 of 1 proxies SYNCED with istiod 1-26; %s.%s STALE on RDS with istiod-1-26-", pods[0].Name, ns)
-	assert.True(t, strings.HasPrefix(st.Reason, "wave 1 failed: xds-sync fail: "+want), st.Reason)
-	assert.True(t, strings.HasSuffix(st.Reason, " after 4s; paused by failure policy Pause"), st.Reason)
-	require.Len(t, st.Workloads, 1)
-	assert.Equal(t, canary.StateFailed, st.Workloads[0].State)
-	waitForEvent(f, "Deployment", ns, "reviews", "WorkloadFailed: wave 1, xds-sync: "+pods[0].Name+"."+ns+" STALE on RDS")
+	for _, c := range cases {
+		t.Run(c.ns, func(t *testing.T) {
+			if c.ns == "nack" {
+				st := waitForPhase(f, c.ns, canary.PhaseRolledBack, time.Minute)
+				assert.Regexp(t, "^"+regexp.QuoteMeta("rolled back 1 workloads to 1-25: wave 1 failed: xds-sync fail: 0 of 1 proxies SYNCED with istiod 1-26; ")+
+					`reviews-[a-z0-9]+-[a-z0-9]+\.nack `+regexp.QuoteMeta(c.problem+" with "+replicas[0]+" after 4s")+"$", st.Reason)
+				f.WaitForRolledOut(c.ns, "reviews")
+				// istiod 1-25 holds this namespace's proxy again, and the
+				// astray one; the others are paused on 1-26.
+				want := append(f.ProxyIDs(c.ns, "reviews"), f.ProxyIDs("astray", "reviews")...)
+				sort.Strings(want)
+				f.Then().PodsOnRevision(c.ns, "reviews", "1-25").SynczLists("1-25", f.IstioCAToken("syncz-reader"), want)
+				return
+			}
+			st := waitForPhase(f, c.ns, canary.PhasePaused, time.Minute)
+			pods, _, err := f.DeploymentPods(c.ns, "reviews")
+			require.NoError(t, err)
+			require.Len(t, pods, 1)
+			id := pods[0].Name + "." + c.ns
+			line := id + " " + c.problem + " with " + replicas[0]
+			if strings.HasPrefix(c.problem, "is ") {
+				line = id + " " + c.problem // a proxy that is not on 1-26 has no replica there
+			}
+			assert.Equal(t, "wave 1 failed: xds-sync fail: 0 of 1 proxies SYNCED with istiod 1-26; "+line+" after 4s; paused by failure policy Pause", st.Reason)
+			require.Len(t, st.Workloads, 1)
+			assert.Equal(t, canary.StateFailed, st.Workloads[0].State)
+			waitForEvent(f, "Deployment", c.ns, "reviews", "WorkloadFailed: wave 1, xds-sync: "+line)
+		})
+	}
 }
 
 // TestPrometheusStoppedMidAnalysisPausesThenResumes stops Prometheus while

@@ -11,12 +11,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	authnv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -150,8 +152,12 @@ func TestTheChartInstallsAndItsRBACSuffices(t *testing.T) {
 	require.Error(t, err, "values.schema.json rejects a bad value")
 	assert.Contains(t, stderr, "at '/config/failurePolicy': value must be one of 'RollbackWave', 'Pause', 'Continue'")
 	_, stderr, err = runHelm(t, "template", "meshwave", chart, "--namespace", "monitoring")
-	require.Error(t, err, "the chart refuses a namespace istiod would not answer")
-	assert.Contains(t, stderr, `meshwave must run in the mesh's root namespace "istio-system", because istiod answers its debug requests only from there`)
+	require.Error(t, err, "the chart refuses a namespace istiod would not show every proxy")
+	assert.Contains(t, stderr, `meshwave would run in namespace "monitoring", outside the mesh's root namespace "istio-system", where istiod shows it only the proxies of "monitoring" `+
+		`and the xDS sync gate could not pass a wave: install it with --namespace istio-system, or set DEBUG_ENDPOINT_AUTH_ALLOWED_NAMESPACES on the istiod of every revision `+
+		`to list "monitoring" (with Istio's chart: --set pilot.env.DEBUG_ENDPOINT_AUTH_ALLOWED_NAMESPACES=monitoring) and say so with --set istiod.debugEndpointAuthAllowedNamespaces={monitoring}`)
+	_, stderr, err = runHelm(t, "template", "meshwave", chart, "--namespace", "monitoring", "--set", "istiod.debugEndpointAuthAllowedNamespaces={monitoring}")
+	require.NoError(t, err, "a namespace istiod allows: %s", stderr)
 	kinds := map[string]*unstructured.Unstructured{}
 	for _, o := range objs {
 		kinds[o.GetKind()+"/"+o.GetName()] = o
@@ -232,7 +238,37 @@ func TestTheChartInstallsAndItsRBACSuffices(t *testing.T) {
 
 	const ns = "charted"
 	f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, nil).
-		Deployment(ns, "a").Deployment(ns, "b").RolledOut(ns)
+		Deployment(ns, "a").Deployment(ns, "b").
+		Namespace("elsewhere", map[string]string{mesh.LabelRev: "1-25"}, nil).Deployment("elsewhere", "c").
+		RolledOut(ns).RolledOut("elsewhere")
+
+	// The token the chart projects into the agent's pod: its service
+	// account, the audience of its istio-token volume, bound to the pod.
+	pods, _, err := f.DeploymentPods("istio-system", "meshwave")
+	require.NoError(t, err)
+	require.NotEmpty(t, pods, "the chart's replicas run")
+	agentPod := pods[0] // the one replica that leads, say
+	var audience string
+	for _, v := range agentPod.Spec.Volumes {
+		if v.Name == "istio-token" && v.Projected != nil {
+			audience = v.Projected.Sources[0].ServiceAccountToken.Audience
+		}
+	}
+	require.Equal(t, mesh.IstioCAAudience, audience)
+	tr, err := f.Client.CoreV1().ServiceAccounts("istio-system").CreateToken(f.Ctx, agentPod.Spec.ServiceAccountName, &authnv1.TokenRequest{
+		Spec: authnv1.TokenRequestSpec{Audiences: []string{audience}, ExpirationSeconds: ptrTo[int64](3600),
+			BoundObjectRef: &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: agentPod.Name, UID: agentPod.UID}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	chartToken := tokenFile(f, tr.Status.Token)
+
+	// In the root namespace, istiod shows that identity every proxy.
+	want := append(f.ProxyIDs(ns, "a", "b"), f.ProxyIDs("elsewhere", "c")...)
+	sort.Strings(want)
+	f.Eventually("istiod 1-25 to show the chart's identity every proxy", func() (bool, string) {
+		got := syncIDs(t, f, "1-25", chartToken)
+		return strings.Join(got, ",") == strings.Join(want, ","), strings.Join(got, ",")
+	})
 
 	// The write limits: once the apiserver enforces the policy, the agent's
 	// account may not change a container image, a namespace's other labels
@@ -268,11 +304,13 @@ func TestTheChartInstallsAndItsRBACSuffices(t *testing.T) {
 	cfg := chartCfg
 	test := testConfig(f)
 	cfg.Gates.Sync = test.Gates.Sync
+	cfg.Gates.Sync.TokenFile = chartToken
 	cfg.DelayBetweenWaves, cfg.LeaderElection = test.DelayBetweenWaves, test.LeaderElection
 	cfg.LeaderElection.LeaseName = chartCfg.LeaderElection.LeaseName
 	cfg.LeaderElection.Namespace = chartCfg.LeaderElection.Namespace
 	optIn(f, ns, "1-26", 10)
-	ctrl, err := agent.New(agent.Options{Client: saClient, Config: cfg, Identity: "chart-sa"})
+	ctrl, err := agent.New(agent.Options{Client: saClient, Config: cfg, Identity: "chart-sa",
+		GateDeps: agent.GateDeps{PodName: agentPod.Name, PodIP: agentPod.Status.PodIP}})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -284,6 +322,9 @@ func TestTheChartInstallsAndItsRBACSuffices(t *testing.T) {
 	})
 	st := waitForPhase(f, ns, canary.PhaseCompleted, 2*time.Minute)
 	assert.Equal(t, "moved 2 workloads to 1-26 in 2 waves", st.Reason)
+	sync, ok := verdictOf(st, "xds-sync")
+	require.True(t, ok)
+	assert.Equal(t, "2 of 2 proxies SYNCED with istiod 1-26", sync.Reason)
 	f.Then().PodsOnRevision(ns, "a", "1-26").PodsOnRevision(ns, "b", "1-26")
 	evs, err := f.Client.CoreV1().Events(metav1.NamespaceDefault).List(f.Ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + ns})
 	require.NoError(t, err)

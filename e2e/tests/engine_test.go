@@ -105,7 +105,13 @@ func TestMeshV1SettingsArePersistedAsTheRunbookDoes(t *testing.T) {
 	require.NoError(t, err)
 	for _, p := range pods {
 		assert.NotContains(t, p.Labels, mesh.LabelMsname)
-		proxy := p.Spec.InitContainers[0]
+		var proxy corev1.Container
+		for _, c := range p.Spec.InitContainers {
+			if c.Name == mesh.ProxyContainer {
+				proxy = c
+			}
+		}
+		require.Equal(t, mesh.ProxyContainer, proxy.Name, "pod %s has an istio-proxy init container", p.Name)
 		assert.Equal(t, resource.MustParse("100m"), proxy.Resources.Requests[corev1.ResourceCPU])
 		assert.Equal(t, resource.MustParse("500m"), proxy.Resources.Limits[corev1.ResourceCPU])
 		assert.Equal(t, resource.MustParse("512Mi"), proxy.Resources.Limits[corev1.ResourceMemory])

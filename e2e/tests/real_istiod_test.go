@@ -81,7 +81,7 @@ func rawSyncz(ctx context.Context, addr, token string, node *corev3.Node) error 
 // revision SYNCED. The requests meshwave sent before it named itself are
 // refused, each with istiod's own words.
 func TestTheSyncClientIsAnsweredByTheRealIstiod(t *testing.T) {
-	f := fixture.New(t, world.Options{NoPrometheus: true, RealIstiod: true})
+	f := fixture.New(t, world.Options{NoPrometheus: true})
 	const ns = "ident"
 	f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-26"}, nil).
 		Deployment(ns, "app").Deployment(ns, "db", fixture.Replicas(1)).RolledOut(ns).
@@ -145,6 +145,51 @@ func TestTheSyncClientIsAnsweredByTheRealIstiod(t *testing.T) {
 			assert.Contains(t, err.Error(), tc.want)
 		})
 	}
+	t.Run("HTTP syncz lists every connection, gRPC syncz only proxies", func(t *testing.T) {
+		// A debug client that keeps its stream open, as the agent's does
+		// while it waits for an answer.
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{InsecureSkipVerify: true}))) //nolint:gosec // the test reads istiod's lists, not its identity
+		require.NoError(t, err)
+		defer conn.Close()
+		ctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(f.Ctx, "authorization", "Bearer "+token))
+		defer cancel()
+		stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+		require.NoError(t, err)
+		rootMeta, err := structpb.NewStruct(map[string]any{"NAMESPACE": "istio-system"})
+		require.NoError(t, err)
+		require.NoError(t, stream.Send(&discoveryv3.DiscoveryRequest{TypeUrl: analysis.TypeDebugSyncz,
+			Node: &corev3.Node{Id: "sidecar~127.0.0.1~debug-client.istio-system~istio-system.svc.cluster.local", Metadata: rootMeta}}))
+		_, err = stream.Recv()
+		require.NoError(t, err)
+
+		rows, err := fixture.QueryHTTPSyncz(f.Ctx, istiod.ReplicaAddrs()[0], f.World.Mesh.Ports().HTTP, token)
+		require.NoError(t, err)
+		var listed []string
+		for _, r := range rows {
+			listed = append(listed, r.Proxy)
+			if r.Proxy == "debug-client.istio-system" {
+				assert.Empty(t, r.Resources, "a debug client subscribes to no xDS type")
+			}
+		}
+		sort.Strings(listed)
+		withClient := append([]string{"debug-client.istio-system"}, want...)
+		sort.Strings(withClient)
+		assert.Equal(t, withClient, listed)
+		viaGRPC, err := client.Syncz(f.Ctx, analysis.Istiod{IP: istiod.ReplicaAddrs()[0], Revision: "1-26"}, "")
+		require.NoError(t, err)
+		var ids []string
+		for _, p := range viaGRPC {
+			ids = append(ids, p.ID)
+		}
+		sort.Strings(ids)
+		assert.Equal(t, want, ids)
+	})
+	t.Run("plaintext 15010, which istiod does not authenticate without XDS_AUTH_PLAINTEXT", func(t *testing.T) {
+		_, err := analysis.GRPCSyncz{Port: f.World.Mesh.Ports().GRPCPlain, Plaintext: true, TokenFile: tokenFile(f, token), Timeout: 10 * time.Second}.
+			Syncz(f.Ctx, analysis.Istiod{IP: istiod.ReplicaAddrs()[0], Revision: "1-26"}, "")
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "code = Unauthenticated desc = authentication required")
+	})
 	t.Run("a token without the istio-ca audience", func(t *testing.T) {
 		_, err := analysis.GRPCSyncz{Port: f.World.Mesh.Ports().GRPCTLS, TokenFile: tokenFile(f, f.Token("meshwave")), Timeout: 10 * time.Second}.
 			Syncz(f.Ctx, analysis.Istiod{IP: istiod.ReplicaAddrs()[0], Revision: "1-26"}, "")

@@ -3,6 +3,7 @@ package tests
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,16 +57,25 @@ func TestLocalWorldSmoke(t *testing.T) {
 		SynczLists("1-25", token, f.ProxyIDs(ns, "productpage", "ratings")).
 		Do(func(f *fixture.Fixture) {
 			require.NotEqual(t, oldReviews, f.ProxyIDs(ns, "reviews"), "reviews has new pods")
-			// The HTTP fallback agrees with gRPC.
+			// The HTTP fallback agrees with gRPC: per type each proxy
+			// subscribed to, the last nonce sent was ACKed, and no NACK.
 			d := f.World.Mesh.Istiod("1-26")
 			rows, err := fixture.QueryHTTPSyncz(f.Ctx, d.ReplicaAddrs()[0], f.World.Mesh.Ports().HTTP, token)
 			require.NoError(t, err)
 			var proxies []string
 			for _, r := range rows {
-				require.Equal(t, r["cluster_sent"], r["cluster_acked"])
-				require.Equal(t, r["route_sent"], r["route_acked"])
-				require.NotEmpty(t, r["listener_sent"])
-				proxies = append(proxies, r["proxy"])
+				if !strings.HasSuffix(r.Proxy, "."+ns) {
+					continue // istiod lists every connection, debug clients too
+				}
+				require.Contains(t, r.Resources, mesh.TypeCDS, r.Proxy)
+				require.Contains(t, r.Resources, mesh.TypeLDS, r.Proxy)
+				for typ, st := range r.Resources {
+					require.NotEmpty(t, st.Sent, "%s %s", r.Proxy, typ)
+					require.Equal(t, st.Sent, st.Acked, "%s %s", r.Proxy, typ)
+					require.Empty(t, st.LastError, "%s %s", r.Proxy, typ)
+				}
+				require.Equal(t, r.Resources[mesh.TypeCDS].Sent, r.ClusterSent, "the top-level nonces are the same")
+				proxies = append(proxies, r.Proxy)
 			}
 			sort.Strings(proxies)
 			require.Equal(t, f.ProxyIDs(ns, "reviews"), proxies)

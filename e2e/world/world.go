@@ -1,5 +1,6 @@
-// Package world boots the whole local world: the control plane, the
-// simulated mesh and a Prometheus that scrapes the mesh's request metrics.
+// Package world boots the whole local world: the control plane, the Istio
+// mesh (Istio's own istiod, simulated proxies) and a Prometheus that
+// scrapes the mesh's request metrics.
 // Tests and the demo share it.
 package world
 
@@ -30,9 +31,11 @@ type Options struct {
 	RequestRate float64
 	// NoPrometheus skips Prometheus, for scenarios that need none.
 	NoPrometheus bool
-	// RealIstiod runs Istio's real istiod and injector (built by `make
-	// istio`) instead of the project's simulator.
-	RealIstiod bool
+	// SimulatedIstiod runs the project's simulated istiod and injector
+	// instead of Istio's own (built by `make istio`), for the one case the
+	// real istiod cannot produce on a loopback world: the HTTP debug
+	// endpoint's authentication (see e2e/README.md).
+	SimulatedIstiod bool
 	// Dir keeps the world's files; empty means temporary.
 	Dir string
 	// Logf receives diagnostics; nil discards them.
@@ -81,7 +84,7 @@ func Start(ctx context.Context, opts Options) (_ *World, err error) {
 		return nil, fmt.Errorf("control plane: %w", err)
 	}
 	var istio *mesh.IstioArtifacts
-	if opts.RealIstiod {
+	if !opts.SimulatedIstiod {
 		a, err := mesh.FindIstioArtifacts()
 		if err != nil {
 			return nil, err

@@ -43,12 +43,37 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
 {{/*
-istiod answers debug requests (syncz) only from its root namespace since
-Istio 1.28.7, 1.29.3 and 1.30, so the agent must run there.
+Since Istio 1.28.7, 1.29.3 and 1.30, istiod shows a caller from outside its
+root namespace only the proxies of the caller's own namespace, unless its
+DEBUG_ENDPOINT_AUTH_ALLOWED_NAMESPACES (split at commas, as istiod does)
+names the caller's namespace, or ENABLE_DEBUG_ENDPOINT_AUTH is false. A
+release elsewhere must say that istiod allows it, and when the cluster can
+be read, every istiod Deployment of the root namespace must.
 */}}
 {{- define "meshwave.checkNamespace" -}}
 {{- $root := .Values.config.rootNamespace | default "istio-system" -}}
-{{- if and (ne .Release.Namespace $root) (not .Values.allowOutsideRootNamespace) -}}
-{{- fail (printf "meshwave must run in the mesh's root namespace %q, because istiod answers its debug requests only from there: install with --namespace %s, or set allowOutsideRootNamespace=true if istiod's DEBUG_ENDPOINT_AUTH_ALLOWED_NAMESPACES lists %q" $root $root .Release.Namespace) -}}
+{{- $ns := .Release.Namespace -}}
+{{- if ne $ns $root -}}
+{{- if not (has $ns (.Values.istiod.debugEndpointAuthAllowedNamespaces | default list)) -}}
+{{- fail (printf "meshwave would run in namespace %q, outside the mesh's root namespace %q, where istiod shows it only the proxies of %q and the xDS sync gate could not pass a wave: install it with --namespace %s, or set DEBUG_ENDPOINT_AUTH_ALLOWED_NAMESPACES on the istiod of every revision to list %q (with Istio's chart: --set pilot.env.DEBUG_ENDPOINT_AUTH_ALLOWED_NAMESPACES=%s) and say so with --set istiod.debugEndpointAuthAllowedNamespaces={%s}" $ns $root $ns $root $ns $ns $ns) -}}
+{{- end -}}
+{{- $deployments := lookup "apps/v1" "Deployment" $root "" -}}
+{{- range $d := (dig "items" list $deployments) -}}
+{{- if eq (dig "metadata" "labels" "app" "" $d) "istiod" -}}
+{{- $env := dict -}}
+{{- range $c := (dig "spec" "template" "spec" "containers" list $d) -}}
+{{- if eq $c.name "discovery" -}}
+{{- range $e := ($c.env | default list) -}}
+{{- if hasKey $e "value" -}}{{- $_ := set $env $e.name (toString $e.value) -}}{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $listed := get $env "DEBUG_ENDPOINT_AUTH_ALLOWED_NAMESPACES" -}}
+{{- $authOff := has (lower (get $env "ENABLE_DEBUG_ENDPOINT_AUTH")) (list "false" "f" "0") -}}
+{{- if not (or $authOff (has $ns (splitList "," $listed))) -}}
+{{- fail (printf "istiod Deployment %s/%s does not list %q in DEBUG_ENDPOINT_AUTH_ALLOWED_NAMESPACES (it is %q), so it would show meshwave only the proxies of %q: set it there (with Istio's chart: --set pilot.env.DEBUG_ENDPOINT_AUTH_ALLOWED_NAMESPACES=%s), or install meshwave with --namespace %s" $root $d.metadata.name $ns $listed $ns $ns $root) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}

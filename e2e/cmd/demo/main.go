@@ -1,6 +1,7 @@
 // Command demo shows meshwave's whole job on the local world: a real
-// control plane, a simulated Istio mesh with revisions 1-25 and 1-26, a
-// sample application in three namespaces and a real Prometheus. The agent
+// control plane, Istio's own istiod and injector for revisions 1-25 and
+// 1-26 (the proxies and their traffic simulated), a sample application in
+// three namespaces and a real Prometheus. The agent
 // moves the namespaces to 1-26 in canary waves; one workload breaks on 1-26
 // and is caught by the error-rate check and rolled back while the others
 // complete.
@@ -83,7 +84,7 @@ func run() error {
 		fmt.Fprintf(out, time.Now().Format("15:04:05")+" "+format+"\n", args...)
 	}
 
-	say("starting the local world: etcd, kube-apiserver, kube-controller-manager, a fake kubelet, Istio 1-25 and 1-26, Prometheus")
+	say("starting the local world: etcd, kube-apiserver, kube-controller-manager, a fake kubelet, istiod 1-25 and 1-26, Prometheus")
 	w, err := world.Start(ctx, world.Options{Dir: *dir})
 	if err != nil {
 		return err
