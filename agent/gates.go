@@ -37,6 +37,9 @@ type SyncGate struct {
 	Port int `json:"port"`
 	// Plaintext dials gRPC without TLS (port 15010).
 	Plaintext bool `json:"plaintext"`
+	// SendTokenInCleartext sends the istio-ca token over plaintext (mode
+	// http, or grpc with plaintext); off, it is sent only over TLS.
+	SendTokenInCleartext bool `json:"sendTokenInCleartext"`
 	// TokenFile is a projected service-account token with audience
 	// istio-ca.
 	TokenFile string `json:"tokenFile"`
@@ -229,9 +232,9 @@ func (g Gates) BuildGates(rootNamespace string, deps GateDeps) (func(canary.Wave
 		src := deps.Sync
 		if src == nil {
 			if g.Sync.Mode == "http" {
-				src = analysis.HTTPSyncz{Port: g.Sync.Port, TokenFile: g.Sync.TokenFile}
+				src = analysis.HTTPSyncz{Port: g.Sync.Port, TokenFile: g.Sync.TokenFile, SendTokenInCleartext: g.Sync.SendTokenInCleartext}
 			} else {
-				src = analysis.GRPCSyncz{Port: g.Sync.Port, Plaintext: g.Sync.Plaintext, TokenFile: g.Sync.TokenFile, CAFile: g.Sync.CAFile,
+				src = analysis.GRPCSyncz{Port: g.Sync.Port, Plaintext: g.Sync.Plaintext, SendTokenInCleartext: g.Sync.SendTokenInCleartext, TokenFile: g.Sync.TokenFile, CAFile: g.Sync.CAFile,
 					RootNamespace: rootNamespace, PodName: deps.PodName, PodIP: deps.PodIP, Timeout: g.Sync.RequestTimeout.D()}
 			}
 		}

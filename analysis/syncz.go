@@ -82,8 +82,11 @@ type GRPCSyncz struct {
 	Port int
 	// Plaintext dials without TLS, for port 15010. istiod answers debug
 	// requests there only when it runs with XDS_AUTH_PLAINTEXT=true, and
-	// then still wants the token.
+	// then still wants the token, which is sent only when
+	// SendTokenInCleartext says so: anyone on the path could replay it.
 	Plaintext bool
+	// SendTokenInCleartext allows the token over a plaintext connection.
+	SendTokenInCleartext bool
 	// TokenFile holds the bearer token; it is read on every call, because a
 	// projected token rotates.
 	TokenFile string
@@ -251,9 +254,11 @@ func (g GRPCSyncz) Syncz(ctx context.Context, istiod Istiod, _ string) ([]ProxyS
 	if err != nil {
 		return nil, err
 	}
-	conn, err := grpc.NewClient(net.JoinHostPort(istiod.IP, strconv.Itoa(g.Port)),
-		grpc.WithTransportCredentials(creds),
-		grpc.WithPerRPCCredentials(bearer{token: token, secure: !g.Plaintext}))
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	if !g.Plaintext || g.SendTokenInCleartext {
+		opts = append(opts, grpc.WithPerRPCCredentials(bearer{token: token, secure: !g.Plaintext}))
+	}
+	conn, err := grpc.NewClient(net.JoinHostPort(istiod.IP, strconv.Itoa(g.Port)), opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -310,10 +315,16 @@ func (g GRPCSyncz) Syncz(ctx context.Context, istiod Istiod, _ string) ([]ProxyS
 // answers callers outside its root namespace 403, unless
 // DEBUG_ENDPOINT_AUTH_ALLOWED_NAMESPACES lists theirs, and callers from
 // 127.0.0.0/8 without asking for a token at all.
+//
+// HTTP here is plaintext: the istio-ca token is sent only when
+// SendTokenInCleartext says so, since anyone on the path could replay it.
+// Without it, istiod answers only callers it does not authenticate
+// (loopback ones) and refuses the others with 401.
 type HTTPSyncz struct {
-	Port      int
-	TokenFile string
-	Client    *http.Client
+	Port                 int
+	TokenFile            string
+	SendTokenInCleartext bool
+	Client               *http.Client
 }
 
 // httpSyncStatus is one row of GET /debug/syncz (istio
@@ -389,10 +400,6 @@ func (h HTTPSyncz) CallerNamespace() (string, error) {
 
 // Syncz implements SyncSource.
 func (h HTTPSyncz) Syncz(ctx context.Context, istiod Istiod, namespace string) ([]ProxySync, error) {
-	token, err := readToken(h.TokenFile)
-	if err != nil {
-		return nil, err
-	}
 	u := url.URL{Scheme: "http", Host: net.JoinHostPort(istiod.IP, strconv.Itoa(h.Port)), Path: "/debug/syncz"}
 	if namespace != "" {
 		u.RawQuery = url.Values{"namespace": {namespace}}.Encode()
@@ -401,7 +408,13 @@ func (h HTTPSyncz) Syncz(ctx context.Context, istiod Istiod, namespace string) (
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Authorization", "Bearer "+token)
+	if h.SendTokenInCleartext {
+		token, err := readToken(h.TokenFile)
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	client := h.Client
 	if client == nil {
 		client = &http.Client{Timeout: 10 * time.Second}
@@ -414,6 +427,9 @@ func (h HTTPSyncz) Syncz(ctx context.Context, istiod Istiod, namespace string) (
 	switch resp.StatusCode {
 	case http.StatusOK:
 	case http.StatusUnauthorized:
+		if !h.SendTokenInCleartext {
+			return nil, fmt.Errorf("GET %s: %s: istiod wants a token, which meshwave sends over plain HTTP only with gates.sync.sendTokenInCleartext: true (or use mode grpc over TLS)", u.String(), resp.Status)
+		}
 		return nil, fmt.Errorf("GET %s: %s: istiod did not accept the token (it wants a service-account token with audience istio-ca)", u.String(), resp.Status)
 	case http.StatusForbidden:
 		return nil, fmt.Errorf("GET %s: %s: istiod answers /debug/syncz only to its root namespace and the namespaces DEBUG_ENDPOINT_AUTH_ALLOWED_NAMESPACES lists", u.String(), resp.Status)

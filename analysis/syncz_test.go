@@ -218,7 +218,11 @@ func TestTheHTTPClientReadsEachTypesNoncesAndNACKs(t *testing.T) {
 	token := jwt(`{"sub":"system:serviceaccount:istio-system:meshwave"}`)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "token"), []byte(token), 0o600))
 
-	got, err := HTTPSyncz{Port: port, TokenFile: filepath.Join(dir, "token")}.Syncz(context.Background(), Istiod{IP: host}, "shop")
+	// The token crosses plain HTTP only when the configuration says so.
+	_, err := HTTPSyncz{Port: port, TokenFile: filepath.Join(dir, "token")}.Syncz(context.Background(), Istiod{IP: host}, "shop")
+	require.NoError(t, err)
+	assert.Empty(t, gotAuth, "no token in cleartext by default")
+	got, err := HTTPSyncz{Port: port, TokenFile: filepath.Join(dir, "token"), SendTokenInCleartext: true}.Syncz(context.Background(), Istiod{IP: host}, "shop")
 	require.NoError(t, err)
 	assert.Equal(t, "Bearer "+token, gotAuth)
 	assert.Equal(t, "namespace=shop", gotQuery)
@@ -245,7 +249,7 @@ func TestTheHTTPClientSaysWhyIstiodRefused(t *testing.T) {
 	host, port := splitHostPort(t, srv.Listener.Addr().String())
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "token"), []byte(jwt(`{"sub":"system:serviceaccount:ops:meshwave"}`)), 0o600))
-	client := HTTPSyncz{Port: port, TokenFile: filepath.Join(dir, "token")}
+	client := HTTPSyncz{Port: port, TokenFile: filepath.Join(dir, "token"), SendTokenInCleartext: true}
 	url := "http://" + srv.Listener.Addr().String() + "/debug/syncz"
 
 	_, err := client.Syncz(context.Background(), Istiod{IP: host}, "")
@@ -253,6 +257,9 @@ func TestTheHTTPClientSaysWhyIstiodRefused(t *testing.T) {
 	code = http.StatusUnauthorized
 	_, err = client.Syncz(context.Background(), Istiod{IP: host}, "")
 	require.EqualError(t, err, "GET "+url+": 401 Unauthorized: istiod did not accept the token (it wants a service-account token with audience istio-ca)")
+	client.SendTokenInCleartext = false
+	_, err = client.Syncz(context.Background(), Istiod{IP: host}, "")
+	require.EqualError(t, err, "GET "+url+": 401 Unauthorized: istiod wants a token, which meshwave sends over plain HTTP only with gates.sync.sendTokenInCleartext: true (or use mode grpc over TLS)")
 	ns, err := client.CallerNamespace()
 	require.NoError(t, err)
 	assert.Equal(t, "ops", ns)

@@ -142,15 +142,20 @@ func TestTheHTTPModeIsRefusedOutsideTheRootNamespace(t *testing.T) {
 	for _, tc := range []struct {
 		ns, target, token, want string
 		phase                   canary.Phase
+		keepToken               bool
 	}{
-		{"forbidden", "1-26", f.IstioCATokenIn("ops", "meshwave"), "403 Forbidden: istiod answers /debug/syncz only to its root namespace and the namespaces DEBUG_ENDPOINT_AUTH_ALLOWED_NAMESPACES lists", canary.PhasePaused},
-		{"unauthenticated", "1-26", f.Token("meshwave"), "401 Unauthorized: istiod did not accept the token (it wants a service-account token with audience istio-ca)", canary.PhasePaused},
-		{"allowed", "1-27", f.IstioCATokenIn("ops", "meshwave"), "", canary.PhaseCompleted},
+		{"forbidden", "1-26", f.IstioCATokenIn("ops", "meshwave"), "403 Forbidden: istiod answers /debug/syncz only to its root namespace and the namespaces DEBUG_ENDPOINT_AUTH_ALLOWED_NAMESPACES lists", canary.PhasePaused, false},
+		{"unauthenticated", "1-26", f.Token("meshwave"), "401 Unauthorized: istiod did not accept the token (it wants a service-account token with audience istio-ca)", canary.PhasePaused, false},
+		{"cleartext-refused", "1-27", f.IstioCATokenIn("ops", "meshwave"), "401 Unauthorized: istiod wants a token, which meshwave sends over plain HTTP only with gates.sync.sendTokenInCleartext: true (or use mode grpc over TLS)", canary.PhasePaused, true},
+		{"allowed", "1-27", f.IstioCATokenIn("ops", "meshwave"), "", canary.PhaseCompleted, false},
 	} {
 		t.Run(tc.ns, func(t *testing.T) {
 			f.Given().Namespace(tc.ns, map[string]string{mesh.LabelRev: "1-25"}, nil).Deployment(tc.ns, "app", fixture.Replicas(1)).RolledOut(tc.ns)
 			cfg := testConfig(f)
 			cfg.Gates.Sync.Mode, cfg.Gates.Sync.Port, cfg.Gates.Sync.TokenFile = "http", f.World.Mesh.Ports().HTTP, tokenFile(f, tc.token)
+			// Over plain HTTP the token goes only when the configuration
+			// says so; without it, a remote istiod refuses.
+			cfg.Gates.Sync.SendTokenInCleartext = !tc.keepToken
 			cfg.Concurrency = 10
 			optIn(f, tc.ns, tc.target, 10)
 			a := startAgent(t, f, cfg, newAPICounter(), "agent-"+tc.ns)
@@ -162,8 +167,8 @@ func TestTheHTTPModeIsRefusedOutsideTheRootNamespace(t *testing.T) {
 				assert.Equal(t, "1 of 1 proxies SYNCED with istiod 1-27", sync.Reason)
 				return
 			}
-			assert.Equal(t, "wave 1 paused: xds-sync inconclusive 3 times: 0 of 1 proxies SYNCED with istiod 1-26; could not ask "+f.IstiodPods("1-26")[0]+
-				" ("+ip("1-26")+"): GET http://"+ip("1-26")+":15014/debug/syncz?namespace="+tc.ns+": "+tc.want, st.Reason)
+			assert.Equal(t, "wave 1 paused: xds-sync inconclusive 3 times: 0 of 1 proxies SYNCED with istiod "+tc.target+"; could not ask "+f.IstiodPods(tc.target)[0]+
+				" ("+ip(tc.target)+"): GET http://"+ip(tc.target)+":15014/debug/syncz?namespace="+tc.ns+": "+tc.want, st.Reason)
 		})
 	}
 }

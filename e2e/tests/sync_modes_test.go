@@ -68,6 +68,8 @@ func TestTheSyncGateSpeaksEveryTransport(t *testing.T) {
 				Deployment(tc.ns, "app", fixture.Replicas(replicas)).RolledOut(tc.ns)
 			cfg := testConfig(f)
 			cfg.Gates.Sync.Mode, cfg.Gates.Sync.Port, cfg.Gates.Sync.Plaintext, cfg.Gates.Sync.CAFile = tc.mode, tc.port, tc.plaintext, tc.caFile
+			// istiod wants the token on 15010 too: say so explicitly.
+			cfg.Gates.Sync.SendTokenInCleartext = tc.plaintext
 			cfg.Gates.Sync.Timeout = agent.Duration(4 * time.Second)
 			cfg.Concurrency = 10 // the paused namespaces of earlier cases hold slots
 			optIn(f, tc.ns, tc.target, 10)
