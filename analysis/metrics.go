@@ -589,7 +589,3 @@ func (g *MetricGate) format(v float64) string {
 }
 
 func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
-
-// ErrNoPrometheus is returned when metric checks are configured without a
-// Prometheus URL.
-var ErrNoPrometheus = errors.New("metric checks need a Prometheus URL")
