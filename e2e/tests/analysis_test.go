@@ -68,16 +68,19 @@ func (c *countingQuerier) perRun() []int {
 }
 
 // withMetrics turns on the metric checks against the world's Prometheus,
-// with windows short enough for a test: 5s rates after a 5s bake (a window
-// longer than the bake time would reach back to the old revision's
+// with windows short enough for a test: 10s rates after a 10s bake (a
+// window longer than the bake time would reach back to the old revision's
 // traffic), a run every 2s, two passes in a row. Prometheus scrapes every
-// second, and 5s of 20 requests a second clear minRequests 50.
+// second. 10s of 20 requests a second is 200 requests: the simulator
+// exports whole bucket counts and its p99 sits on a bucket boundary, so
+// with 100 (a 5s window) one request more or less in a bucket moved the
+// p99 from 25ms to 40ms and failed a healthy canary's latency tolerance.
 func withMetrics(t *testing.T, f *fixture.Fixture, cfg agent.Config) (agent.Config, *countingQuerier) {
 	t.Helper()
 	m := &cfg.Gates.Metrics
 	m.Prometheus.URL = f.World.Prometheus.URL
-	m.Window = agent.Duration(5 * time.Second)
-	m.BakeTime = agent.Duration(5 * time.Second)
+	m.Window = agent.Duration(10 * time.Second)
+	m.BakeTime = agent.Duration(10 * time.Second)
 	m.Interval = agent.Duration(2 * time.Second)
 	m.RequiredPasses = 2
 	m.QueryTimeout = agent.Duration(3 * time.Second)

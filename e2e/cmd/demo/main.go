@@ -266,7 +266,8 @@ func startAgent(ctx context.Context, w *world.World, dir string) (string, func()
 	m.Prometheus.URL = w.Prometheus.URL
 	// The window fits in the bake time: a longer one would reach back to
 	// the old revision's traffic (reviews read 16-17% for its staged 30%).
-	m.Window, m.BakeTime, m.Interval = agent.Duration(5*time.Second), agent.Duration(5*time.Second), agent.Duration(3*time.Second)
+	// 10s holds 200 requests, enough for a steady p99.
+	m.Window, m.BakeTime, m.Interval = agent.Duration(10*time.Second), agent.Duration(10*time.Second), agent.Duration(3*time.Second)
 	m.RequiredPasses = 2
 	m.OutboundErrorRate.Enabled = false
 
