@@ -53,6 +53,27 @@ helm-lint: ## helm lint the chart (helm comes from hack/tools through the Go too
 unit: ## Unit and table tests of the root module.
 	$(GO) test -race -count=1 ./...
 
+# Every fuzz target, as package:FuzzName. Add new ones to the list.
+FUZZ_TARGETS := \
+	./agent:FuzzParseConfig \
+	./analysis:FuzzJudge \
+	./canary:FuzzParseStatus \
+	./canary:FuzzReadMoveRecord \
+	./canary:FuzzAnnotations \
+	./canary:FuzzDecide
+# How long `make fuzz` runs each target after its seed corpus, and how long
+# it may spend shrinking an input (new coverage included) before going on.
+FUZZ_TIME ?= 5s
+FUZZ_MINIMIZE_TIME ?= 5s
+
+.PHONY: fuzz
+fuzz: ## Run every fuzz target for FUZZ_TIME (5s) each, one after the other.
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  pkg=$${t%%:*}; name=$${t#*:}; \
+	  echo "fuzz $$name in $$pkg for $(FUZZ_TIME)"; \
+	  $(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZ_TIME) -fuzzminimizetime $(FUZZ_MINIMIZE_TIME) $$pkg; \
+	done
+
 .PHONY: prometheus
 prometheus: ## Fetch Debian's prometheus and promtool into e2e/.cache (no system install).
 	@e2e/hack/get-prometheus.sh
@@ -70,7 +91,7 @@ demo-check: prometheus istio ## Run the demo non-interactively; fails unless it 
 	cd e2e && $(GO) run -ldflags "$(K8S_LDFLAGS)" ./cmd/demo --check
 
 .PHONY: test
-test: lint unit e2e demo-check ## Every tier: lint, unit, e2e, and the demo once.
+test: lint unit fuzz e2e demo-check ## Every tier: lint, unit, fuzz (briefly), e2e, and the demo once.
 
 .PHONY: demo
 demo: prometheus istio ## Run the demo on the local world, then keep it up until Ctrl-C (DEMO_FLAGS=--check exits).

@@ -3,12 +3,19 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"math"
 	"os"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	promconfig "github.com/prometheus/common/config"
+	yamlv2 "go.yaml.in/yaml/v2"
 	"k8s.io/apimachinery/pkg/util/validation"
+	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
 	"github.com/meshwave/meshwave/canary"
@@ -130,13 +137,223 @@ func LoadConfig(path string) (Config, error) {
 	return ParseConfig(raw)
 }
 
-// ParseConfig reads YAML over the defaults and validates the result.
+// ParseConfig reads YAML over the defaults and validates the result. Keys
+// match exactly, case included: encoding/json alone would take BatchSize
+// for batchSize, and a key that is not meant is better refused than
+// guessed. Every error names its key, the value and what was expected;
+// values JSON cannot carry (NaN, infinities) are named before the YAML
+// becomes JSON. gates.metrics.prometheus.http is decoded as Prometheus
+// decodes its own configuration, with its YAML library in strict mode.
 func ParseConfig(raw []byte) (Config, error) {
 	cfg := DefaultConfig()
-	if err := yaml.UnmarshalStrict(raw, &cfg); err != nil {
+	var doc any
+	if err := yamlv2.Unmarshal(raw, &doc); err != nil {
 		return cfg, fmt.Errorf("config: %w", err)
 	}
+	if doc == nil {
+		return cfg, cfg.Validate()
+	}
+	if _, ok := doc.(map[any]any); !ok {
+		return cfg, errors.New("config: the file is not a mapping of keys to values")
+	}
+	if errs := checkValue(doc, reflect.TypeFor[Config](), ""); len(errs) > 0 {
+		return cfg, errors.Join(errs...)
+	}
+	http, hasHTTP, err := prometheusHTTP(doc)
+	if err != nil {
+		return cfg, err
+	}
+	js, err := yaml.YAMLToJSONStrict(raw) // a key set twice is an error
+	if err != nil {
+		return cfg, fmt.Errorf("config: %w", err)
+	}
+	strict, err := kjson.UnmarshalStrict(js, &cfg)
+	if err != nil {
+		return cfg, fmt.Errorf("config: %w", err)
+	}
+	var errs []error
+	for _, e := range strict {
+		var fe kjson.FieldError
+		if !errors.As(e, &fe) {
+			errs = append(errs, fmt.Errorf("config: %w", e))
+			continue
+		}
+		errs = append(errs, fmt.Errorf("config key %s: unknown key (keys match exactly, case included)", fe.FieldPath()))
+	}
+	if len(errs) > 0 {
+		return cfg, errors.Join(errs...)
+	}
+	if hasHTTP {
+		cfg.Gates.Metrics.Prometheus.HTTP = http
+	}
 	return cfg, cfg.Validate()
+}
+
+var (
+	durationType   = reflect.TypeFor[Duration]()
+	httpConfigType = reflect.TypeFor[promconfig.HTTPClientConfig]()
+)
+
+// checkValue walks a YAML value alongside the Go type it decodes into and
+// names each value of the wrong kind with its key. Unknown keys are left
+// to the JSON decoder, which names them; their values are still checked
+// for NaN and infinities, which JSON cannot hold.
+func checkValue(v any, t reflect.Type, key string) []error {
+	if v == nil {
+		return nil // null keeps the default
+	}
+	bad := func(expected string) []error {
+		return []error{fmt.Errorf("config key %s: %s is not %s", key, show(v), expected)}
+	}
+	switch t {
+	case durationType:
+		if s, ok := v.(string); ok {
+			if _, err := time.ParseDuration(s); err == nil {
+				return nil
+			}
+		}
+		return bad(`a Go duration such as "90s" or "5m"`)
+	case httpConfigType:
+		return checkFinite(v, key)
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		m, ok := v.(map[any]any)
+		if !ok {
+			return bad("a mapping of keys to values")
+		}
+		fields := jsonFields(t)
+		var errs []error
+		for _, k := range slices.SortedFunc(maps.Keys(m), func(a, b any) int { return strings.Compare(fmt.Sprint(a), fmt.Sprint(b)) }) {
+			sub := fmt.Sprint(k)
+			if key != "" {
+				sub = key + "." + sub
+			}
+			name, _ := k.(string)
+			if f, known := fields[name]; known {
+				errs = append(errs, checkValue(m[k], f, sub)...)
+			} else {
+				errs = append(errs, checkFinite(m[k], sub)...)
+			}
+		}
+		return errs
+	case reflect.Slice:
+		l, ok := v.([]any)
+		if !ok {
+			return bad("a list")
+		}
+		var errs []error
+		for i, e := range l {
+			errs = append(errs, checkValue(e, t.Elem(), fmt.Sprintf("%s[%d]", key, i))...)
+		}
+		return errs
+	case reflect.String:
+		if _, ok := v.(string); !ok {
+			return bad("a string")
+		}
+	case reflect.Bool:
+		if _, ok := v.(bool); !ok {
+			return bad("true or false")
+		}
+	case reflect.Int:
+		switch n := v.(type) {
+		case int:
+		case int64:
+			if n != int64(int(n)) {
+				return bad("an integer")
+			}
+		default:
+			return bad("an integer")
+		}
+	case reflect.Float64:
+		switch n := v.(type) {
+		case int, int64, uint64:
+		case float64:
+			if math.IsNaN(n) || math.IsInf(n, 0) {
+				return bad("a finite number")
+			}
+		default:
+			return bad("a number")
+		}
+	}
+	return nil
+}
+
+// checkFinite names any NaN or infinity under v.
+func checkFinite(v any, key string) []error {
+	switch n := v.(type) {
+	case float64:
+		if math.IsNaN(n) || math.IsInf(n, 0) {
+			return []error{fmt.Errorf("config key %s: %s is not a finite number", key, show(n))}
+		}
+	case map[any]any:
+		var errs []error
+		for _, k := range slices.SortedFunc(maps.Keys(n), func(a, b any) int { return strings.Compare(fmt.Sprint(a), fmt.Sprint(b)) }) {
+			errs = append(errs, checkFinite(n[k], key+"."+fmt.Sprint(k))...)
+		}
+		return errs
+	case []any:
+		var errs []error
+		for i, e := range n {
+			errs = append(errs, checkFinite(e, fmt.Sprintf("%s[%d]", key, i))...)
+		}
+		return errs
+	}
+	return nil
+}
+
+// jsonFields maps a struct's JSON keys to their field types.
+func jsonFields(t reflect.Type) map[string]reflect.Type {
+	out := map[string]reflect.Type{}
+	for f := range t.Fields() {
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" || !f.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		out[name] = f.Type
+	}
+	return out
+}
+
+func show(v any) string {
+	switch v := v.(type) {
+	case string:
+		return strconv.Quote(v)
+	case map[any]any:
+		return "a mapping"
+	case []any:
+		return "a list"
+	}
+	return fmt.Sprint(v)
+}
+
+// prometheusHTTP decodes gates.metrics.prometheus.http strictly, with the
+// YAML library and the rules Prometheus uses for its own configuration:
+// the JSON decoder its type also offers ignores unknown keys and matches
+// them in any case.
+func prometheusHTTP(doc any) (promconfig.HTTPClientConfig, bool, error) {
+	v := doc
+	for _, k := range []string{"gates", "metrics", "prometheus", "http"} {
+		m, ok := v.(map[any]any)
+		if !ok {
+			return promconfig.HTTPClientConfig{}, false, nil
+		}
+		if v, ok = m[k]; !ok || v == nil {
+			return promconfig.HTTPClientConfig{}, false, nil
+		}
+	}
+	raw, err := yamlv2.Marshal(v)
+	if err != nil {
+		return promconfig.HTTPClientConfig{}, false, fmt.Errorf("config key gates.metrics.prometheus.http: %w", err)
+	}
+	http := promconfig.DefaultHTTPClientConfig
+	if err := yamlv2.UnmarshalStrict(raw, &http); err != nil {
+		return promconfig.HTTPClientConfig{}, false, fmt.Errorf("config key gates.metrics.prometheus.http: %w", err)
+	}
+	return http, true, nil
 }
 
 // Validate checks every value and names each bad one with what was

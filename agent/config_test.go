@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -22,8 +23,29 @@ func TestParseConfigRejectsBadValues(t *testing.T) {
 	tests := []struct {
 		name, yaml, err string
 	}{
-		{"an unknown key", "batches: 3\n", `config: error unmarshaling JSON: while decoding JSON: json: unknown field "batches"`},
-		{"a duration that is not one", "readinessTimeout: 5 minutes\n", `config: error unmarshaling JSON: while decoding JSON: "5 minutes" is not a Go duration such as "90s" or "5m"`},
+		{"an unknown key", "batches: 3\n", "config key batches: unknown key (keys match exactly, case included)"},
+		{"a key in another case", "BatchSize: 7\n", "config key BatchSize: unknown key (keys match exactly, case included)"},
+		{"a nested key in another case", "gates: {metrics: {bakeTime: 2m, Window: 2m}}\n", "config key gates.metrics.Window: unknown key (keys match exactly, case included)"},
+		{"an unknown key of a check", "gates: {metrics: {prometheus: {url: 'http://p:9090'}, checks: [{name: mine, query: x, requests: r, groupBy: app, Threshold: 1}]}}\n",
+			"config key gates.metrics.checks[0].Threshold: unknown key (keys match exactly, case included)"},
+		{"an unknown key of Prometheus's client config", "gates: {metrics: {prometheus: {url: 'http://p:9090', http: {tls_confg: {insecure_skip_verify: true}}}}}\n",
+			"config key gates.metrics.prometheus.http: yaml: unmarshal errors:\n  line 1: field tls_confg not found in type config.plain"},
+		{"a key set twice", "batchSize: 3\nbatchSize: 4\n", "config: yaml: unmarshal errors:\n  line 2: key \"batchSize\" already set in map"},
+		{"a file that is not a mapping", "- batchSize\n", "config: the file is not a mapping of keys to values"},
+		{"a duration that is not one", "readinessTimeout: 5 minutes\n", `config key readinessTimeout: "5 minutes" is not a Go duration such as "90s" or "5m"`},
+		{"a duration without a unit", "gates: {metrics: {window: 10}}\n", `config key gates.metrics.window: 10 is not a Go duration such as "90s" or "5m"`},
+		{"a YAML 1.1 boolean where a string goes", "gates: {sync: {mode: on}}\n", "config key gates.sync.mode: true is not a string"},
+		{"a quoted integer", "batchSize: '7'\n", `config key batchSize: "7" is not an integer`},
+		{"a NaN threshold", "gates: {metrics: {errorRate: {threshold: .nan}}}\n", "config key gates.metrics.errorRate.threshold: NaN is not a finite number"},
+		{"an infinite minimum", "gates: {metrics: {checks: [{minRequests: -.inf}]}}\n", "config key gates.metrics.checks[0].minRequests: -Inf is not a finite number"},
+		{"a NaN under an unknown key", "gates: {metrics: {errorRat: {threshold: .nan}}}\n", "config key gates.metrics.errorRat.threshold: NaN is not a finite number"},
+		{"checks without a Prometheus URL", "gates: {metrics: {checks: [{name: mine, query: 'sum by (app) (rate(x[{{.Window}}]))', requests: 'sum by (app) (increase(x[{{.Window}}]))', groupBy: app}]}}\n",
+			"config key gates.metrics.checks: 1 checks are set but gates.metrics.prometheus.url is empty: set it, or remove the checks, which would never run"},
+		{"a template naming a missing field", "gates: {metrics: {prometheus: {url: 'http://p:9090'}, checks: [{name: mine, query: 'sum by (app) (rate(x{ns=\"{{.Nmespace}}\"}[{{.Window}}]))', requests: 'sum by (app) (increase(x[{{.Window}}]))', groupBy: app}]}}\n",
+			`config key gates.metrics.checks[0].query: "sum by (app) (rate(x{ns=\"{{.Nmespace}}\"}[{{.Window}}]))" is not a PromQL template of the fields {{.Namespace}}, {{.Workloads}}, {{.Window}}, {{.Offset}}, {{.GroupBy}}: {{.Nmespace}} is not one of the fields {{.Namespace}}, {{.Workloads}}, {{.Window}}, {{.Offset}}, {{.GroupBy}}`},
+		{"a window under a second", "gates: {metrics: {window: 500ms}}\n", "config key gates.metrics.window: 500ms is not a duration of at least 1s in whole milliseconds"},
+		{"a window longer than the bake time", "gates: {metrics: {bakeTime: 30s, window: 1m}}\n",
+			"config key gates.metrics.bakeTime: 30s is not at least gates.metrics.window (1m0s): the first rates would reach back before the wave was up and mix in the old revision's traffic"},
 		{"a zero batch", "batchSize: 0\n", "config key batchSize: 0 is not an integer from 1 to 500"},
 		{"an unknown policy", "failurePolicy: Retry\n", `config key failurePolicy: "Retry" is not one of "RollbackWave", "Pause" or "Continue"`},
 		{"msname in the allow-list", "persistAnnotations: [msname]\n", `config key persistAnnotations[0]: "msname" is not allowed: the msname labels must never be written into templates`},
@@ -38,6 +60,23 @@ func TestParseConfigRejectsBadValues(t *testing.T) {
 			assert.Equal(t, tt.err, err.Error())
 		})
 	}
+}
+
+func TestValidateNamesTheKeyOfANaNSetInGo(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Gates.Metrics.ErrorRate.Threshold = math.NaN()
+	assert.EqualError(t, cfg.Validate(), "config key gates.metrics.errorRate: threshold NaN, tolerance 1, minRequests 50 is not made of finite numbers of zero or more")
+}
+
+func TestParseConfigReadsPrometheusClientConfigAsPrometheusDoes(t *testing.T) {
+	cfg, err := ParseConfig([]byte("gates: {metrics: {prometheus: {url: 'https://p:9090', http: {tls_config: {insecure_skip_verify: true}, authorization: {credentials: s3cret}}}}}\n"))
+	require.NoError(t, err)
+	http := cfg.Gates.Metrics.Prometheus.HTTP
+	assert.True(t, http.TLSConfig.InsecureSkipVerify)
+	require.NotNil(t, http.Authorization)
+	assert.Equal(t, "Bearer", http.Authorization.Type)
+	assert.Equal(t, "s3cret", string(http.Authorization.Credentials))
+	assert.True(t, http.FollowRedirects, "Prometheus's defaults stay")
 }
 
 func TestTheDefaultConfigIsValid(t *testing.T) {

@@ -5,7 +5,10 @@
 // # Metrics
 //
 // Built by NewMetrics from an injected prometheus.Registerer. The state of
-// each namespace is read from the informer cache at scrape time:
+// each namespace that carries meshwave.io/target-revision is read from the
+// informer cache at scrape time; a status that cannot be read is skipped,
+// and a series it would hold twice is reported once, so that no status can
+// fail the scrape:
 //
 //	meshwave_namespace_phase{namespace,phase}           1 for the current phase, 0 for every other
 //	meshwave_namespace_info{namespace,source_revision,target,target_revision}  always 1

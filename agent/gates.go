@@ -3,10 +3,9 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"strconv"
-	"strings"
-	"text/template"
 	"time"
 
 	promapi "github.com/prometheus/client_golang/api"
@@ -153,59 +152,126 @@ func (g Gates) validate() []error {
 			}
 		}
 	}
-	m := g.Metrics
-	if m.Prometheus.URL == "" {
-		return errs
+	return append(errs, g.Metrics.validate()...)
+}
+
+// validate checks the metric section whether or not a Prometheus URL
+// turns it on, so that a configuration does not turn out wrong the day
+// the URL is set.
+func (m MetricGates) validate() []error {
+	var errs []error
+	bad := func(key string, value any, expected string) {
+		errs = append(errs, fmt.Errorf("config key %s: %v is not %s", key, value, expected))
 	}
-	if u, err := url.Parse(m.Prometheus.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		bad("gates.metrics.prometheus.url", strconv.Quote(m.Prometheus.URL), "an http or https URL")
+	if m.Prometheus.URL != "" {
+		if u, err := url.Parse(m.Prometheus.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("gates.metrics.prometheus.url", strconv.Quote(m.Prometheus.URL), "an http or https URL")
+		}
+	} else if len(m.Checks) > 0 {
+		errs = append(errs, fmt.Errorf("config key gates.metrics.checks: %d checks are set but gates.metrics.prometheus.url is empty: set it, or remove the checks, which would never run", len(m.Checks)))
 	}
 	if err := m.Prometheus.HTTP.Validate(); err != nil {
 		bad("gates.metrics.prometheus.http", "the client configuration", "valid: "+err.Error())
 	}
-	for key, d := range map[string]Duration{"gates.metrics.interval": m.Interval, "gates.metrics.window": m.Window, "gates.metrics.queryTimeout": m.QueryTimeout} {
-		if d <= 0 {
-			bad(key, d.D(), "a positive duration")
-		}
+	if m.Interval.D() < time.Second {
+		bad("gates.metrics.interval", m.Interval.D(), "a duration of at least 1s")
 	}
-	if m.BakeTime < 0 {
+	if m.QueryTimeout <= 0 {
+		bad("gates.metrics.queryTimeout", m.QueryTimeout.D(), "a positive duration")
+	}
+	window := m.Window.D()
+	if window < time.Second || window%time.Millisecond != 0 {
+		bad("gates.metrics.window", window, "a duration of at least 1s in whole milliseconds")
+	}
+	// The first run comes bakeTime after the wave was ready: a longer
+	// window would measure the old revision's pods too (see
+	// analysis.NewMetricGate).
+	switch {
+	case m.BakeTime < 0:
 		bad("gates.metrics.bakeTime", m.BakeTime.D(), "a duration of zero or more")
+	case m.BakeTime < m.Window:
+		bad("gates.metrics.bakeTime", m.BakeTime.D(), fmt.Sprintf("at least gates.metrics.window (%s): the first rates would reach back before the wave was up and mix in the old revision's traffic", window))
 	}
 	if m.RequiredPasses < 1 {
 		bad("gates.metrics.requiredPasses", m.RequiredPasses, "a positive integer")
 	}
-	for key, c := range map[string]BuiltinCheck{"errorRate": m.ErrorRate, "latencyP99": m.LatencyP99, "outboundErrorRate": m.OutboundErrorRate} {
-		if c.Threshold < 0 || c.Tolerance < 0 || c.MinRequests < 0 {
-			bad("gates.metrics."+key, fmt.Sprintf("threshold %g, tolerance %g, minRequests %g", c.Threshold, c.Tolerance, c.MinRequests), "made of numbers of zero or more")
+	numbers := func(key string, threshold, tolerance, minRequests float64) bool {
+		if nonNegative(threshold) && nonNegative(tolerance) && nonNegative(minRequests) {
+			return true
 		}
+		bad(key, fmt.Sprintf("threshold %g, tolerance %g, minRequests %g", threshold, tolerance, minRequests), "made of finite numbers of zero or more")
+		return false
+	}
+	for _, b := range []struct {
+		key string
+		c   BuiltinCheck
+	}{{"errorRate", m.ErrorRate}, {"latencyP99", m.LatencyP99}, {"outboundErrorRate", m.OutboundErrorRate}} {
+		numbers("gates.metrics."+b.key, b.c.Threshold, b.c.Tolerance, b.c.MinRequests)
 	}
 	seen := map[string]bool{}
 	for i, c := range m.Checks {
 		key := fmt.Sprintf("gates.metrics.checks[%d]", i)
+		before := len(errs)
 		if len(validation.IsDNS1123Label(c.Name)) > 0 {
 			bad(key+".name", strconv.Quote(c.Name), "a lowercase name of letters, digits and dashes")
 		} else if builtinNames[c.Name] || seen[c.Name] {
 			bad(key+".name", strconv.Quote(c.Name), "a name no other check uses")
 		}
 		seen[c.Name] = true
-		for field, text := range map[string]string{"query": c.Query, "requests": c.Requests} {
-			if strings.TrimSpace(text) == "" {
-				bad(key+"."+field, `""`, "a PromQL template")
-			} else if _, err := template.New("").Parse(text); err != nil {
-				bad(key+"."+field, strconv.Quote(text), "a Go template: "+err.Error())
+		var usesOffset bool
+		for _, f := range []struct{ field, text string }{{"query", c.Query}, {"requests", c.Requests}} {
+			_, offset, err := analysis.ParseQueryTemplate(f.field, f.text)
+			if err != nil {
+				bad(key+"."+f.field, strconv.Quote(f.text), "a PromQL template of the fields {{.Namespace}}, {{.Workloads}}, {{.Window}}, {{.Offset}}, {{.GroupBy}}: "+err.Error())
+			} else if f.field == "query" {
+				usesOffset = offset
 			}
 		}
 		if c.GroupBy == "" {
 			bad(key+".groupBy", `""`, "the label that names the workload")
 		}
-		if c.Threshold < 0 || c.Tolerance < 0 || c.MinRequests < 0 {
-			bad(key, fmt.Sprintf("threshold %g, tolerance %g, minRequests %g", c.Threshold, c.Tolerance, c.MinRequests), "made of numbers of zero or more")
-		}
-		if c.Tolerance > 0 && !strings.Contains(c.Query, "{{.Offset}}") {
+		if numbers(key, c.Threshold, c.Tolerance, c.MinRequests) && c.Tolerance > 0 && !usesOffset && len(errs) == before {
 			bad(key+".query", strconv.Quote(c.Query), "usable with a tolerance: it must place {{.Offset}} after its range selectors for the baseline")
 		}
 	}
+	if len(errs) > 0 {
+		return errs
+	}
+	// Whatever is accepted builds: the gates' own rules, checked the way
+	// BuildGates will apply them.
+	for _, c := range m.checks() {
+		if _, err := analysis.NewMetricGate(c.check, nil, m.BakeTime.D(), m.Interval.D(), m.Window.D(), m.QueryTimeout.D()); err != nil {
+			errs = append(errs, fmt.Errorf("config key %s: %w", c.key, err))
+		}
+	}
 	return errs
+}
+
+func nonNegative(v float64) bool { return v >= 0 && !math.IsInf(v, 1) }
+
+// keyedCheck is a check with the config key it comes from.
+type keyedCheck struct {
+	key   string
+	check analysis.Check
+}
+
+// checks are the metric checks the configuration turns on.
+func (m MetricGates) checks() []keyedCheck {
+	var out []keyedCheck
+	if m.ErrorRate.Enabled {
+		out = append(out, keyedCheck{"gates.metrics.errorRate", analysis.ErrorRateCheck(m.ErrorRate.Threshold, m.ErrorRate.Tolerance, m.ErrorRate.MinRequests)})
+	}
+	if m.LatencyP99.Enabled {
+		out = append(out, keyedCheck{"gates.metrics.latencyP99", analysis.LatencyP99Check(m.LatencyP99.Threshold, m.LatencyP99.Tolerance, m.LatencyP99.MinRequests)})
+	}
+	if m.OutboundErrorRate.Enabled {
+		out = append(out, keyedCheck{"gates.metrics.outboundErrorRate", analysis.OutboundErrorRateCheck(m.OutboundErrorRate.Threshold, m.OutboundErrorRate.Tolerance, m.OutboundErrorRate.MinRequests)})
+	}
+	for i, c := range m.Checks {
+		out = append(out, keyedCheck{fmt.Sprintf("gates.metrics.checks[%d]", i), analysis.Check{Name: c.Name, Query: c.Query, Requests: c.Requests, GroupBy: c.GroupBy,
+			Threshold: c.Threshold, Tolerance: c.Tolerance, MinRequests: c.MinRequests, Unit: c.Unit}})
+	}
+	return out
 }
 
 // GateDeps are the outside systems the gates talk to. Nil fields are built
@@ -257,24 +323,10 @@ func (g Gates) BuildGates(rootNamespace string, deps GateDeps) (func(canary.Wave
 			}
 			q = promv1.NewAPI(api)
 		}
-		var checks []analysis.Check
-		if m.ErrorRate.Enabled {
-			checks = append(checks, analysis.ErrorRateCheck(m.ErrorRate.Threshold, m.ErrorRate.Tolerance, m.ErrorRate.MinRequests))
-		}
-		if m.LatencyP99.Enabled {
-			checks = append(checks, analysis.LatencyP99Check(m.LatencyP99.Threshold, m.LatencyP99.Tolerance, m.LatencyP99.MinRequests))
-		}
-		if m.OutboundErrorRate.Enabled {
-			checks = append(checks, analysis.OutboundErrorRateCheck(m.OutboundErrorRate.Threshold, m.OutboundErrorRate.Tolerance, m.OutboundErrorRate.MinRequests))
-		}
-		for _, c := range m.Checks {
-			checks = append(checks, analysis.Check{Name: c.Name, Query: c.Query, Requests: c.Requests, GroupBy: c.GroupBy,
-				Threshold: c.Threshold, Tolerance: c.Tolerance, MinRequests: c.MinRequests, Unit: c.Unit})
-		}
-		for _, c := range checks {
-			gate, err := analysis.NewMetricGate(c, q, m.BakeTime.D(), m.Interval.D(), m.Window.D(), m.QueryTimeout.D())
+		for _, c := range m.checks() {
+			gate, err := analysis.NewMetricGate(c.check, q, m.BakeTime.D(), m.Interval.D(), m.Window.D(), m.QueryTimeout.D())
 			if err != nil {
-				return nil, err
+				return nil, fmt.Errorf("config key %s: %w", c.key, err)
 			}
 			forward = append(forward, gate)
 		}

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -138,58 +139,97 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
+// Collect reports the namespaces that carry meshwave.io/target-revision:
+// one that left keeps its last status, which must not keep an alert such
+// as MeshwaveCanaryPaused firing. A status is input like any other (a
+// person may edit it): one that cannot be read is skipped, a series it
+// would report twice (a gate named in two verdicts) is reported once,
+// from the last verdict, and a value the exposition refuses is dropped.
+// Nothing one namespace holds can fail the scrape for the others:
+// client_golang answers 500 to the whole scrape on a duplicate series.
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	nss, err := c.caches.Namespaces.List(labels.Everything())
 	if err != nil {
 		return
 	}
 	now := c.clock.Now()
-	gauge := func(d *prometheus.Desc, v float64, lv ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, lv...)
-	}
 	for _, ns := range nss {
+		if _, opted := ns.Annotations[canary.AnnotationTargetRevision]; !opted {
+			continue
+		}
 		st, ok, err := canary.ParseStatus(ns.Annotations)
 		if !ok || err != nil {
 			continue
 		}
-		n := ns.Name
-		for _, p := range canary.Phases {
-			gauge(phaseDesc, b2f(st.Phase == p), n, string(p))
-		}
-		gauge(infoDesc, 1, n, st.SourceRevision, st.Target, st.TargetRevision)
-		gauge(waveDesc, float64(st.Wave), n)
-		gauge(wavesDesc, float64(st.TotalWaves), n)
-		for state, v := range map[string]int{"pending": st.Counts.Pending, "moving": st.Counts.Moving, "moved": st.Counts.Moved,
-			"failed": st.Counts.Failed, "skipped": st.Counts.Skipped, "rolled_back": st.Counts.RolledBack} {
-			gauge(workloadsDesc, float64(v), n, state)
-		}
-		gauge(pausedDesc, st.PausedFor(now).Seconds(), n)
-		age := 0.0
-		if (st.Phase == canary.PhaseMigrating || st.Phase == canary.PhaseAnalyzing || st.Phase == canary.PhaseRollingBack) &&
-			st.WaveState != canary.WavePassed && st.WaveStartedAt != nil {
-			age = now.Sub(*st.WaveStartedAt).Seconds()
-		}
-		gauge(waveAgeDesc, age, n)
-		blocked := st.Phase == canary.PhaseBlocked
-		gauge(blockedDesc, b2f(blocked && st.BlockedKind == canary.BlockedInvalidInput), n, "invalid_input")
-		gauge(blockedDesc, b2f(blocked && st.BlockedKind == canary.BlockedPrecheck), n, "precheck")
-		for _, v := range st.Verdicts {
-			for _, r := range []canary.Result{canary.ResultPass, canary.ResultFail, canary.ResultInconclusive, canary.ResultPending} {
-				gauge(resultDesc, b2f(v.Result == r), n, v.Gate, string(r))
-			}
-			if len(v.Measurements) == 0 || !v.Analysis {
-				continue
-			}
-			worst := v.Measurements[0]
-			gauge(valueDesc, worst.Value, n, v.Gate)
-			if worst.Threshold != nil {
-				gauge(thresholdDesc, *worst.Threshold, n, v.Gate)
-			}
-			if worst.Baseline != nil {
-				gauge(baselineDesc, *worst.Baseline, n, v.Gate)
-			}
+		for _, m := range namespaceMetrics(ns.Name, st, now) {
+			ch <- m
 		}
 	}
+}
+
+// namespaceMetrics are one namespace's state series, each once.
+func namespaceMetrics(n string, st *canary.Status, now time.Time) []prometheus.Metric {
+	var out []prometheus.Metric
+	seen := map[string]bool{}
+	gauge := func(d *prometheus.Desc, v float64, lv ...string) {
+		key := d.String() + "\xff" + strings.Join(lv, "\xff")
+		if seen[key] {
+			return
+		}
+		m, err := prometheus.NewConstMetric(d, prometheus.GaugeValue, v, lv...)
+		if err != nil {
+			return
+		}
+		seen[key] = true
+		out = append(out, m)
+	}
+	for _, p := range canary.Phases {
+		gauge(phaseDesc, b2f(st.Phase == p), n, string(p))
+	}
+	gauge(infoDesc, 1, n, st.SourceRevision, st.Target, st.TargetRevision)
+	gauge(waveDesc, float64(st.Wave), n)
+	gauge(wavesDesc, float64(st.TotalWaves), n)
+	for state, v := range map[string]int{"pending": st.Counts.Pending, "moving": st.Counts.Moving, "moved": st.Counts.Moved,
+		"failed": st.Counts.Failed, "skipped": st.Counts.Skipped, "rolled_back": st.Counts.RolledBack} {
+		gauge(workloadsDesc, float64(v), n, state)
+	}
+	gauge(pausedDesc, st.PausedFor(now).Seconds(), n)
+	age := 0.0
+	if (st.Phase == canary.PhaseMigrating || st.Phase == canary.PhaseAnalyzing || st.Phase == canary.PhaseRollingBack) &&
+		st.WaveState != canary.WavePassed && st.WaveStartedAt != nil {
+		age = now.Sub(*st.WaveStartedAt).Seconds()
+	}
+	gauge(waveAgeDesc, age, n)
+	blocked := st.Phase == canary.PhaseBlocked
+	gauge(blockedDesc, b2f(blocked && st.BlockedKind == canary.BlockedInvalidInput), n, "invalid_input")
+	gauge(blockedDesc, b2f(blocked && st.BlockedKind == canary.BlockedPrecheck), n, "precheck")
+	// The last verdict of each gate, in the order the gates first appear.
+	last := map[string]int{}
+	var gates []string
+	for i, v := range st.Verdicts {
+		if _, ok := last[v.Gate]; !ok {
+			gates = append(gates, v.Gate)
+		}
+		last[v.Gate] = i
+	}
+	for _, g := range gates {
+		v := st.Verdicts[last[g]]
+		for _, r := range []canary.Result{canary.ResultPass, canary.ResultFail, canary.ResultInconclusive, canary.ResultPending} {
+			gauge(resultDesc, b2f(v.Result == r), n, v.Gate, string(r))
+		}
+		if len(v.Measurements) == 0 || !v.Analysis {
+			continue
+		}
+		worst := v.Measurements[0]
+		gauge(valueDesc, worst.Value, n, v.Gate)
+		if worst.Threshold != nil {
+			gauge(thresholdDesc, *worst.Threshold, n, v.Gate)
+		}
+		if worst.Baseline != nil {
+			gauge(baselineDesc, *worst.Baseline, n, v.Gate)
+		}
+	}
+	return out
 }
 
 func b2f(b bool) float64 {

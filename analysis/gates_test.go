@@ -159,7 +159,7 @@ func TestMetricVerdicts(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			prom := &fakeProm{vec: tt.vec, err: tt.err}
-			g, err := NewMetricGate(ErrorRateCheck(0.05, 1.0, 50), prom, 0, 30*time.Second, time.Minute, 0)
+			g, err := NewMetricGate(ErrorRateCheck(0.05, 1.0, 50), prom, time.Minute, 30*time.Second, time.Minute, 0)
 			require.NoError(t, err)
 			tt.wave.Analysis.ReadyAt = &t0
 			v := g.Evaluate(context.Background(), tt.wave, t0.Add(time.Minute))
@@ -168,6 +168,9 @@ func TestMetricVerdicts(t *testing.T) {
 			assert.True(t, v.Analysis)
 			assert.True(t, v.Checked)
 			assert.Len(t, prom.queries, 1, "one query per check per run, whatever the wave's size")
+			if tt.err == nil {
+				assert.Len(t, v.Measurements, len(tt.wave.Workloads), "one measurement per workload")
+			}
 			if tt.result == canary.ResultFail {
 				require.Len(t, v.Failed, 1)
 				assert.Equal(t, "cart", v.Failed[0].Name)
@@ -178,7 +181,7 @@ func TestMetricVerdicts(t *testing.T) {
 
 func TestMetricMeasurementsCarryValueThresholdAndBaseline(t *testing.T) {
 	prom := &fakeProm{vec: model.Vector{series("cart", "value", 0.3), series("cart", "baseline", 0.01), series("cart", "requests", 600)}}
-	g, err := NewMetricGate(ErrorRateCheck(0.05, 1.0, 50), prom, 0, 30*time.Second, time.Minute, 0)
+	g, err := NewMetricGate(ErrorRateCheck(0.05, 1.0, 50), prom, time.Minute, 30*time.Second, time.Minute, 0)
 	require.NoError(t, err)
 	w := wave(member("cart", pod("cart-1", "1-26")))
 	w.Analysis.ReadyAt = &t0
@@ -208,32 +211,33 @@ func TestMetricGateBakesThenRunsEveryInterval(t *testing.T) {
 }
 
 func TestTheQueryJoinsValueRequestsAndBaselineInOne(t *testing.T) {
-	g, err := NewMetricGate(ErrorRateCheck(0.05, 1, 50), &fakeProm{}, 0, 0, time.Minute, 0)
+	g, err := NewMetricGate(ErrorRateCheck(0.05, 1, 50), &fakeProm{}, time.Minute, time.Second, time.Minute, 0)
 	require.NoError(t, err)
 	w := wave(member("web", pod("w", "1-26")), member("cart.v2", pod("c", "1-26")))
 	q, err := g.Query(w, t0.Add(95*time.Second+300*time.Millisecond))
 	require.NoError(t, err)
 	rate := func(offset, code string) string {
-		return fmt.Sprintf(`sum by (destination_workload) (rate(istio_requests_total{reporter="destination",destination_workload_namespace="shop",destination_workload=~"cart\.v2|web"%s}[1m]%s))`, code, offset)
+		return fmt.Sprintf(`sum by (destination_workload) (rate(istio_requests_total{reporter="destination",destination_workload_namespace="shop",destination_workload=~"cart\\.v2|web"%s}[1m]%s))`, code, offset)
 	}
 	ratio := func(offset string) string {
 		return "(" + rate(offset, `,response_code=~"5.."`) + " or " + rate(offset, "") + " * 0) / " + rate(offset, "")
 	}
 	want := `label_replace(` + ratio("") + `, "meshwave_series", "value", "", "")` +
-		` or label_replace(sum by (destination_workload) (increase(istio_requests_total{reporter="destination",destination_workload_namespace="shop",destination_workload=~"cart\.v2|web"}[1m])), "meshwave_series", "requests", "", "")` +
+		` or label_replace(sum by (destination_workload) (increase(istio_requests_total{reporter="destination",destination_workload_namespace="shop",destination_workload=~"cart\\.v2|web"}[1m])), "meshwave_series", "requests", "", "")` +
 		` or label_replace(` + ratio(" offset 1m35s") + `, "meshwave_series", "baseline", "", "")`
 	assert.Equal(t, want, q)
 }
 
 func TestACheckWithAToleranceNeedsAnOffsetPlaceholder(t *testing.T) {
-	_, err := NewMetricGate(Check{Name: "mine", Query: `sum by (app) (rate(x[{{.Window}}]))`, Requests: `x`, GroupBy: "app", Tolerance: 0.5}, &fakeProm{}, 0, 0, time.Minute, 0)
+	_, err := NewMetricGate(Check{Name: "mine", Query: `sum by (app) (rate(x[{{.Window}}]))`, Requests: `x`, GroupBy: "app", Tolerance: 0.5}, &fakeProm{}, time.Minute, time.Second, time.Minute, 0)
 	require.EqualError(t, err, "check mine: a tolerance needs a baseline, so the query must place {{.Offset}} after its range selectors")
 }
 
 func TestChainStopsAtTheFirstGateThatDoesNotPass(t *testing.T) {
 	w := wave(member("cart", pod("cart-1", "1-25")))
 	prom := &fakeProm{}
-	g, _ := NewMetricGate(ErrorRateCheck(0.05, 0, 50), prom, 0, 0, time.Minute, 0)
+	g, err := NewMetricGate(ErrorRateCheck(0.05, 0, 50), prom, time.Minute, time.Second, time.Minute, 0)
+	require.NoError(t, err)
 	vs := Chain{RolloutGate{}, InjectionGate{}, g}.Evaluate(context.Background(), w, t0)
 	require.Len(t, vs, 2)
 	assert.Equal(t, "rollout", vs[0].Gate)

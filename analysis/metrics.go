@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"text/template"
+	"text/template/parse"
 	"time"
 
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
@@ -32,11 +35,12 @@ var _ Querier = promv1.API(nil)
 type Check struct {
 	// Name names the gate, e.g. "error-rate".
 	Name string
-	// Query is a Go template of a PromQL expression giving one series per
-	// workload, labelled with GroupBy. It may use {{.Namespace}},
-	// {{.Workloads}} (a regex of the wave's workloads), {{.Window}} and
-	// {{.Offset}}, which must follow every range selector so the baseline
-	// can be evaluated at the restart.
+	// Query is a template of a PromQL expression giving one series per
+	// workload, labelled with GroupBy: PromQL text with substitutions of
+	// the fields of QueryParams ({{.Namespace}}, {{.Workloads}},
+	// {{.Window}}, {{.Offset}}, {{.GroupBy}}) and nothing else. {{.Offset}}
+	// must follow every range selector so the baseline can be evaluated at
+	// the restart.
 	Query string
 	// Requests is a template, with the same fields, of the number of
 	// requests per workload over the window.
@@ -56,9 +60,109 @@ type Check struct {
 	Unit string
 }
 
-// queryParams are the fields a check's templates may use.
-type queryParams struct {
-	Namespace, Workloads, Window, Offset, GroupBy string
+// QueryParams are the fields a check's templates may use.
+type QueryParams struct {
+	// Namespace is the wave's namespace.
+	Namespace string
+	// Workloads is a regex matching exactly the wave's workloads, escaped
+	// to sit between the double quotes of a PromQL string:
+	// destination_workload=~"{{.Workloads}}". PromQL reads Go's escapes
+	// there, so the regex of api.v1, api\.v1, is written api\\.v1.
+	Workloads string
+	// Window is the range of the rates in PromQL's notation, e.g. 1m.
+	Window string
+	// Offset is empty for the value and " offset <time since the restart>"
+	// for the baseline.
+	Offset string
+	// GroupBy is the check's GroupBy label.
+	GroupBy string
+}
+
+// templateFields are QueryParams' fields, the only substitutions a
+// template may hold.
+var templateFields = []string{"Namespace", "Workloads", "Window", "Offset", "GroupBy"}
+
+// sampleParams render each template once when its gate is built.
+var sampleParams = QueryParams{Namespace: "shop", Workloads: promqlString(regexp.QuoteMeta("api.v1")), Window: "1m", GroupBy: "app"}
+
+// ParseQueryTemplate parses one of a check's templates and renders it once
+// with sample values, so that a template that cannot render fails when the
+// configuration loads rather than at the first wave. A template holds
+// PromQL text and {{.Field}} substitutions of QueryParams' fields, nothing
+// else: no pipelines, functions, loops or sub-templates, which could make
+// every run of the check slow or its query unbounded. usesOffset reports
+// whether it places {{.Offset}}, which a baseline needs.
+func ParseQueryTemplate(name, text string) (t *template.Template, usesOffset bool, err error) {
+	if strings.TrimSpace(text) == "" {
+		return nil, false, errors.New("the template is empty")
+	}
+	t, err = template.New(name).Option("missingkey=error").Parse(text)
+	if err != nil {
+		return nil, false, err
+	}
+	if len(t.Templates()) != 1 || t.Tree == nil {
+		return nil, false, errors.New("a PromQL template may not define templates")
+	}
+	for _, n := range t.Tree.Root.Nodes {
+		switch n := n.(type) {
+		case *parse.TextNode:
+		case *parse.ActionNode:
+			field := fieldOf(n)
+			if field == "" {
+				return nil, false, fmt.Errorf("%s is not a substitution of a field: a PromQL template holds only %s", n, fieldList())
+			}
+			if !slices.Contains(templateFields, field) {
+				return nil, false, fmt.Errorf("%s is not one of the fields %s", n, fieldList())
+			}
+		default:
+			return nil, false, fmt.Errorf("%s is not a substitution of a field: a PromQL template holds only %s", n, fieldList())
+		}
+	}
+	plain, err := render(t, sampleParams)
+	if err != nil {
+		return nil, false, err
+	}
+	with := sampleParams
+	with.Offset = " offset 5m"
+	offset, err := render(t, with)
+	if err != nil {
+		return nil, false, err
+	}
+	return t, plain != offset, nil
+}
+
+// fieldOf returns the field an action such as {{.Namespace}} substitutes,
+// or "" if it does anything else.
+func fieldOf(n *parse.ActionNode) string {
+	if n.Pipe == nil || len(n.Pipe.Decl) > 0 || len(n.Pipe.Cmds) != 1 || len(n.Pipe.Cmds[0].Args) != 1 {
+		return ""
+	}
+	f, ok := n.Pipe.Cmds[0].Args[0].(*parse.FieldNode)
+	if !ok || len(f.Ident) != 1 {
+		return ""
+	}
+	return f.Ident[0]
+}
+
+func fieldList() string {
+	out := make([]string, len(templateFields))
+	for i, f := range templateFields {
+		out[i] = "{{." + f + "}}"
+	}
+	return strings.Join(out, ", ")
+}
+
+func render(t *template.Template, p QueryParams) (string, error) {
+	var b bytes.Buffer
+	err := t.Execute(&b, p)
+	return b.String(), err
+}
+
+// promqlString escapes s to sit between the double quotes of a PromQL
+// string, which reads Go's escapes: a regex's \. is written \\.
+func promqlString(s string) string {
+	q := strconv.Quote(s)
+	return q[1 : len(q)-1]
 }
 
 // Built-in checks over Istio's standard metrics, as the proxies on the
@@ -105,7 +209,8 @@ const seriesLabel = "meshwave_series"
 type MetricGate struct {
 	Check      Check
 	Prometheus Querier
-	// BakeTime is how long after the wave is up the checks start.
+	// BakeTime is how long after the wave is up the checks start. It is at
+	// least Window, so that no rate reaches back before the wave was up.
 	BakeTime time.Duration
 	// Interval is the time between two runs.
 	Interval time.Duration
@@ -117,21 +222,64 @@ type MetricGate struct {
 	query, requests *template.Template
 }
 
-// NewMetricGate parses a check's templates.
+// NewMetricGate validates a check and parses its templates. It refuses
+// what would measure the wrong thing:
+//
+//   - A window longer than the bake time. The first run comes BakeTime
+//     after the wave was ready (every new pod up, injected and in sync,
+//     no old pod left); a longer window reaches back to when the old
+//     revision's pods still served, and dilutes the new revision's
+//     numbers. Measured: a canary answering 30% 5xx read 16-17% with a 10s
+//     window after a 5s bake. The window is not shortened behind the
+//     user's back either: it was chosen against the scrape interval, and a
+//     shorter one may hold too few samples. Counting only the new pods by
+//     a pod label would depend on how Prometheus relabels its targets;
+//     after the bake time there is no old pod left to count.
+//   - A window under a second, or one PromQL cannot write (sub-millisecond
+//     parts are dropped: 500µs would read [0s]).
+//   - A threshold, tolerance or minimum that is not a finite number of
+//     zero or more: NaN compares false with everything and would pass any
+//     value.
+//   - A template that does not render (see ParseQueryTemplate), and a
+//     tolerance whose query has no {{.Offset}} for the baseline.
 func NewMetricGate(c Check, q Querier, bake, interval, window, timeout time.Duration) (*MetricGate, error) {
+	fail := func(format string, a ...any) (*MetricGate, error) {
+		return nil, fmt.Errorf("check %s: %s", c.Name, fmt.Sprintf(format, a...))
+	}
+	if c.GroupBy == "" {
+		return fail("groupBy must name the label that names the workload")
+	}
+	if !nonNegative(c.Threshold) || !nonNegative(c.Tolerance) || !nonNegative(c.MinRequests) {
+		return fail("threshold %g, tolerance %g, minRequests %g must be finite numbers of zero or more", c.Threshold, c.Tolerance, c.MinRequests)
+	}
+	switch {
+	case window < time.Second:
+		return fail("a window of %s is shorter than 1s", window)
+	case window%time.Millisecond != 0:
+		return fail("a window of %s is not a whole number of milliseconds, as PromQL writes durations", window)
+	case bake < window:
+		return fail("a window of %s is longer than the bake time of %s: the first rates would reach back before the wave was up and mix in the old revision's traffic", window, bake)
+	case interval < time.Second:
+		return fail("an interval of %s is shorter than 1s", interval)
+	case timeout < 0:
+		return fail("a query timeout of %s is negative", timeout)
+	}
 	g := &MetricGate{Check: c, Prometheus: q, BakeTime: bake, Interval: interval, Window: window, QueryTimeout: timeout}
+	var offset bool
 	var err error
-	if g.query, err = template.New(c.Name).Option("missingkey=error").Parse(c.Query); err != nil {
-		return nil, fmt.Errorf("check %s: query: %w", c.Name, err)
+	if g.query, offset, err = ParseQueryTemplate(c.Name, c.Query); err != nil {
+		return fail("query: %v", err)
 	}
-	if g.requests, err = template.New(c.Name + "-requests").Option("missingkey=error").Parse(c.Requests); err != nil {
-		return nil, fmt.Errorf("check %s: requests: %w", c.Name, err)
+	if g.requests, _, err = ParseQueryTemplate(c.Name+"-requests", c.Requests); err != nil {
+		return fail("requests: %v", err)
 	}
-	if c.Tolerance > 0 && !strings.Contains(c.Query, "{{.Offset}}") {
-		return nil, fmt.Errorf("check %s: a tolerance needs a baseline, so the query must place {{.Offset}} after its range selectors", c.Name)
+	if c.Tolerance > 0 && !offset {
+		return fail("a tolerance needs a baseline, so the query must place {{.Offset}} after its range selectors")
 	}
 	return g, nil
 }
+
+func nonNegative(v float64) bool { return v >= 0 && !math.IsInf(v, 1) }
 
 // Name implements Gate.
 func (g *MetricGate) Name() string { return g.Check.Name }
@@ -144,12 +292,7 @@ func (g *MetricGate) Query(wave canary.WaveUnderTest, now time.Time) (string, er
 		names = append(names, regexp.QuoteMeta(m.Name))
 	}
 	sort.Strings(names)
-	p := queryParams{Namespace: wave.Namespace, Workloads: strings.Join(names, "|"), Window: model.Duration(g.Window).String(), GroupBy: g.Check.GroupBy}
-	render := func(t *template.Template, p queryParams) (string, error) {
-		var b bytes.Buffer
-		err := t.Execute(&b, p)
-		return b.String(), err
-	}
+	p := QueryParams{Namespace: wave.Namespace, Workloads: promqlString(strings.Join(names, "|")), Window: model.Duration(g.Window).String(), GroupBy: g.Check.GroupBy}
 	value, err := render(g.query, p)
 	if err != nil {
 		return "", err
@@ -228,36 +371,82 @@ func (g *MetricGate) run(ctx context.Context, wave canary.WaveUnderTest, now tim
 	}
 	ctx, span := trace.SpanFromContext(ctx).TracerProvider().Tracer("github.com/meshwave/meshwave/analysis").
 		Start(ctx, "promql "+g.Check.Name, trace.WithAttributes(attribute.String("db.query.text", q), attribute.String("meshwave.check", g.Check.Name)))
-	val, _, _, err := g.Prometheus.Query(ctx, q, now)
-	if err != nil {
+	val, warnings, _, err := g.Prometheus.Query(ctx, q, now)
+	switch {
+	case err != nil:
 		span.SetStatus(codes.Error, err.Error())
+	case len(warnings) > 0:
+		span.SetStatus(codes.Error, "warnings: "+strings.Join(warnings, "; "))
 	}
 	span.End()
 	if err != nil {
-		return canary.Verdict{Result: canary.ResultInconclusive, Reason: "Prometheus did not answer: " + err.Error()}
+		return canary.Verdict{Result: canary.ResultInconclusive, Reason: "Prometheus did not answer: " + clip(err.Error())}
+	}
+	// Thanos and Cortex answer with warnings when a store did not answer:
+	// the vector may lack the very series that would fail, so it is judged
+	// neither way.
+	if len(warnings) > 0 {
+		return canary.Verdict{Result: canary.ResultInconclusive, Reason: "Prometheus's answer may be incomplete: " + clipWarnings(warnings)}
 	}
 	vec, ok := val.(model.Vector)
 	if !ok {
-		return canary.Verdict{Result: canary.ResultInconclusive, Reason: fmt.Sprintf("the query returned a %s, not a vector", val.Type())}
+		kind := "nothing"
+		if val != nil {
+			kind = "a " + val.Type().String()
+		}
+		return canary.Verdict{Result: canary.ResultInconclusive, Reason: fmt.Sprintf("the query returned %s, not a vector", kind)}
 	}
 	return g.Judge(wave, vec)
 }
 
-// sample is what a run learnt about one workload.
+// clip bounds text from Prometheus that goes into the status.
+func clip(s string) string {
+	const most = 300
+	if len(s) <= most {
+		return s
+	}
+	return strings.ToValidUTF8(s[:most], "") + "..."
+}
+
+func clipWarnings(ws promv1.Warnings) string {
+	const most = 3
+	out := make([]string, 0, most+1)
+	for i, w := range ws {
+		if i == most {
+			out = append(out, fmt.Sprintf("and %d more", len(ws)-most))
+			break
+		}
+		out = append(out, clip(w))
+	}
+	return strings.Join(out, "; ")
+}
+
+// sample is what a run learnt about one workload. A check may return
+// several series of a kind for one workload: per pod or per version when
+// its query keeps those labels, or one per replica from a Prometheus pair
+// behind Thanos without deduplication. None of them is dropped: Judge
+// holds the worst value against the worst baseline and adds up the
+// request counts.
 type sample struct {
-	value, baseline, requests       float64
-	hasValue, hasBaseline, hasCount bool
+	values, baselines, requests []float64
 }
 
 // Judge turns the query's vector into a verdict. Per workload: fewer
-// requests than the minimum, no value, or a value that is not a number is
-// inconclusive; a value over the threshold, or over the baseline by more
-// than the tolerance, fails. The check fails if any workload fails, is
-// inconclusive if any is, and passes only when all pass.
+// requests than the minimum, no value, or a value that is NaN, -Inf or
+// negative is inconclusive; a value over the threshold (+Inf included: a
+// p99 beyond the histogram's largest bucket), or over the baseline by more
+// than the tolerance, fails. With several value series, the worst decides
+// (a fail before an inconclusive before a pass; the highest value among
+// equals), held against the highest baseline; several request counts are
+// added up. The check fails if any workload fails, is inconclusive if any
+// is, and passes only when all pass.
 func (g *MetricGate) Judge(wave canary.WaveUnderTest, vec model.Vector) canary.Verdict {
 	c := g.Check
 	by := map[string]*sample{}
 	for _, s := range vec {
+		if s == nil {
+			continue
+		}
 		w := string(s.Metric[model.LabelName(c.GroupBy)])
 		if by[w] == nil {
 			by[w] = &sample{}
@@ -265,11 +454,11 @@ func (g *MetricGate) Judge(wave canary.WaveUnderTest, vec model.Vector) canary.V
 		v := float64(s.Value)
 		switch string(s.Metric[seriesLabel]) {
 		case "value":
-			by[w].value, by[w].hasValue = v, true
+			by[w].values = append(by[w].values, v)
 		case "baseline":
-			by[w].baseline, by[w].hasBaseline = v, true
+			by[w].baselines = append(by[w].baselines, v)
 		case "requests":
-			by[w].requests, by[w].hasCount = v, true
+			by[w].requests = append(by[w].requests, v)
 		}
 	}
 	var failed []canary.WorkloadState
@@ -281,14 +470,8 @@ func (g *MetricGate) Judge(wave canary.WaveUnderTest, vec model.Vector) canary.V
 			s = &sample{}
 		}
 		meas := canary.Measurement{Check: c.Name, Workload: m.Name, Threshold: ptr(c.Threshold)}
-		if s.hasBaseline && finite(s.baseline) {
-			meas.Baseline = ptr(s.baseline)
-		}
-		if s.hasValue && finite(s.value) {
-			meas.Value = s.value
-		}
-		result, why := g.judgeOne(s)
-		meas.Result = result
+		result, why, value, baseline := g.judgeOne(s)
+		meas.Result, meas.Value, meas.Baseline = result, value, baseline
 		line := m.Name + ": " + why
 		switch result {
 		case canary.ResultFail:
@@ -302,7 +485,6 @@ func (g *MetricGate) Judge(wave canary.WaveUnderTest, vec model.Vector) canary.V
 		measures = append(measures, meas)
 	}
 	// The worst first: a person reads the top of the list.
-	rank := map[canary.Result]int{canary.ResultFail: 0, canary.ResultInconclusive: 1, canary.ResultPass: 2}
 	sort.SliceStable(measures, func(i, j int) bool { return rank[measures[i].Result] < rank[measures[j].Result] })
 	switch {
 	case len(fails) > 0:
@@ -315,31 +497,85 @@ func (g *MetricGate) Judge(wave canary.WaveUnderTest, vec model.Vector) canary.V
 	return canary.Verdict{Result: canary.ResultPass, Reason: strings.Join(oks, "; "), Measurements: measures}
 }
 
-func (g *MetricGate) judgeOne(s *sample) (canary.Result, string) {
+// rank orders results from the worst.
+var rank = map[canary.Result]int{canary.ResultFail: 0, canary.ResultInconclusive: 1, canary.ResultPass: 2}
+
+// judgeOne judges one workload. value is the worst value as the status
+// can hold it (JSON has no NaN or infinities: +Inf is the largest float,
+// the others 0), baseline the one it was held against.
+func (g *MetricGate) judgeOne(s *sample) (result canary.Result, why string, value float64, baseline *float64) {
+	c := g.Check
+	for _, b := range s.baselines {
+		if finite(b) && (baseline == nil || b > *baseline) {
+			baseline = ptr(b)
+		}
+	}
+	worst, worstWhy, worstResult := math.NaN(), "", canary.Result("")
+	for _, v := range s.values {
+		r, w := g.judgeValue(v, baseline)
+		if worstResult == "" || rank[r] < rank[worstResult] || (r == worstResult && above(v, worst)) {
+			worst, worstWhy, worstResult = v, w, r
+		}
+	}
+	switch {
+	case math.IsInf(worst, 1):
+		value = math.MaxFloat64
+	case finite(worst):
+		value = worst
+	}
+	if len(s.values) > 1 {
+		worstWhy += fmt.Sprintf(" (worst of %d series)", len(s.values))
+	}
+	// Sorted, so that the sum does not depend on the order Prometheus
+	// answered in.
+	counts := slices.Sorted(slices.Values(s.requests))
+	requests := 0.0
+	for _, n := range counts {
+		requests += n
+	}
+	switch {
+	case len(counts) == 0 || !finite(requests):
+		return canary.ResultInconclusive, "no request count", value, baseline
+	case requests < c.MinRequests:
+		return canary.ResultInconclusive, fmt.Sprintf("%.0f requests < minimum %.0f", requests, c.MinRequests), value, baseline
+	case len(s.values) == 0:
+		return canary.ResultInconclusive, "no data", value, baseline
+	}
+	return worstResult, worstWhy, value, baseline
+}
+
+// above orders values for picking the worst among equal results: NaN
+// lowest, then by value.
+func above(v, than float64) bool {
+	if math.IsNaN(v) {
+		return false
+	}
+	return math.IsNaN(than) || v > than
+}
+
+// judgeValue judges one value series against the threshold and the
+// baseline.
+func (g *MetricGate) judgeValue(v float64, baseline *float64) (canary.Result, string) {
 	c := g.Check
 	switch {
-	case !s.hasCount || !finite(s.requests):
-		return canary.ResultInconclusive, "no request count"
-	case s.requests < c.MinRequests:
-		return canary.ResultInconclusive, fmt.Sprintf("%.0f requests < minimum %.0f", s.requests, c.MinRequests)
-	case !s.hasValue:
-		return canary.ResultInconclusive, "no data"
-	case math.IsNaN(s.value) || math.IsInf(s.value, 0):
-		return canary.ResultInconclusive, fmt.Sprintf("the value is %v", s.value)
-	case s.value < 0:
+	case math.IsNaN(v) || math.IsInf(v, -1):
+		return canary.ResultInconclusive, fmt.Sprintf("the value is %v", v)
+	case math.IsInf(v, 1):
+		return canary.ResultFail, "+Inf > threshold " + g.format(c.Threshold)
+	case v < 0:
 		// A rate is never negative; a query over raw counters can be after a
 		// reset.
-		return canary.ResultInconclusive, fmt.Sprintf("negative value %s (a counter reset in the window?)", g.format(s.value))
-	case s.value > c.Threshold:
-		return canary.ResultFail, fmt.Sprintf("%s > threshold %s", g.format(s.value), g.format(c.Threshold))
+		return canary.ResultInconclusive, fmt.Sprintf("negative value %s (a counter reset in the window?)", g.format(v))
+	case v > c.Threshold:
+		return canary.ResultFail, fmt.Sprintf("%s > threshold %s", g.format(v), g.format(c.Threshold))
 	}
-	if c.Tolerance > 0 && s.hasBaseline && finite(s.baseline) && s.baseline > 0 {
-		if limit := s.baseline * (1 + c.Tolerance); s.value > limit {
-			return canary.ResultFail, fmt.Sprintf("%s > baseline %s +%.0f%%", g.format(s.value), g.format(s.baseline), c.Tolerance*100)
+	if c.Tolerance > 0 && baseline != nil && *baseline > 0 {
+		if limit := *baseline * (1 + c.Tolerance); v > limit {
+			return canary.ResultFail, fmt.Sprintf("%s > baseline %s +%.0f%%", g.format(v), g.format(*baseline), c.Tolerance*100)
 		}
-		return canary.ResultPass, fmt.Sprintf("%s <= threshold %s, baseline %s", g.format(s.value), g.format(c.Threshold), g.format(s.baseline))
+		return canary.ResultPass, fmt.Sprintf("%s <= threshold %s, baseline %s", g.format(v), g.format(c.Threshold), g.format(*baseline))
 	}
-	return canary.ResultPass, fmt.Sprintf("%s <= threshold %s", g.format(s.value), g.format(c.Threshold))
+	return canary.ResultPass, fmt.Sprintf("%s <= threshold %s", g.format(v), g.format(c.Threshold))
 }
 
 func (g *MetricGate) format(v float64) string {
@@ -353,7 +589,3 @@ func (g *MetricGate) format(v float64) string {
 }
 
 func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
-
-// ErrNoPrometheus is returned when metric checks are configured without a
-// Prometheus URL.
-var ErrNoPrometheus = errors.New("metric checks need a Prometheus URL")

@@ -323,10 +323,12 @@ func (s *Status) Validate() error {
 			bad(fmt.Sprintf("workloads[%d].state", i), fmt.Sprintf("%q", w.State), "a workload state")
 		}
 	}
+	gates := map[string]bool{}
 	for i, v := range s.Verdicts {
-		if v.Gate == "" || !slices.Contains(results, v.Result) {
-			bad(fmt.Sprintf("verdicts[%d]", i), fmt.Sprintf("%q %q", v.Gate, v.Result), "a named gate with a result")
+		if v.Gate == "" || !slices.Contains(results, v.Result) || gates[v.Gate] {
+			bad(fmt.Sprintf("verdicts[%d]", i), fmt.Sprintf("%q %q", v.Gate, v.Result), "a named gate with a result, each gate once")
 		}
+		gates[v.Gate] = true
 	}
 	if a := s.Analysis; a != nil && (a.ConsecutivePasses < 0 || a.Inconclusive < 0) {
 		bad("analysis", fmt.Sprintf("passes %d, inconclusive %d", a.ConsecutivePasses, a.Inconclusive), "non-negative counts")

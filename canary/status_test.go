@@ -47,6 +47,8 @@ func TestAStatusThatMeshwaveCouldNotHaveWrittenIsRefused(t *testing.T) {
 		{"a wave in flight without the time its gates started", edit(`,"gatesSince":"2026-11-29T12:00:00Z"`, ``), `meshwave.io/status: gatesSince null is not set while a wave is verified or rolled back`},
 		{"a migrating phase before any wave", edit(`"wave":1,"totalWaves":2`, `"wave":0,"totalWaves":2`), `meshwave.io/status: waveState "Verifying" at wave 0 is not Verifying or Passed at a wave of 1 or more while Migrating`},
 		{"null", `null`, `meshwave.io/status: phase "" is not a phase meshwave writes`},
+		{"a gate's verdict given twice", edit(`"counts"`, `"verdicts":[{"gate":"rollout","result":"Pass","reason":"ok","at":"2026-11-29T12:00:00Z"},{"gate":"rollout","result":"Fail","reason":"no","at":"2026-11-29T12:00:00Z"}],"counts"`),
+			`meshwave.io/status: verdicts[1] "rollout" "Fail" is not a named gate with a result, each gate once`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

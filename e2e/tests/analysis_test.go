@@ -41,6 +41,17 @@ func (c *countingQuerier) Query(ctx context.Context, q string, ts time.Time, opt
 	return c.next.Query(ctx, q, ts, opts...)
 }
 
+// all returns every query sent.
+func (c *countingQuerier) all() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for _, qs := range c.runs {
+		out = append(out, qs...)
+	}
+	return out
+}
+
 // perRun returns how many queries each run sent, in time order.
 func (c *countingQuerier) perRun() []int {
 	c.mu.Lock()
@@ -58,14 +69,19 @@ func (c *countingQuerier) perRun() []int {
 }
 
 // withMetrics turns on the metric checks against the world's Prometheus,
-// with windows short enough for a test: 10s rates, a 3s bake, a run every
-// 2s, two passes in a row.
+// with windows short enough for a test: 10s rates after a 10s bake (a
+// window longer than the bake time would reach back to the old revision's
+// traffic), a run every 2s, two passes in a row. Prometheus scrapes every
+// second. 10s of 20 requests a second is 200 requests: the simulator
+// exports whole bucket counts and its p99 sits on a bucket boundary, so
+// with 100 (a 5s window) one request more or less in a bucket moved the
+// p99 from 25ms to 40ms and failed a healthy canary's latency tolerance.
 func withMetrics(t *testing.T, f *fixture.Fixture, cfg agent.Config) (agent.Config, *countingQuerier) {
 	t.Helper()
 	m := &cfg.Gates.Metrics
 	m.Prometheus.URL = f.World.Prometheus.URL
 	m.Window = agent.Duration(10 * time.Second)
-	m.BakeTime = agent.Duration(3 * time.Second)
+	m.BakeTime = agent.Duration(10 * time.Second)
 	m.Interval = agent.Duration(2 * time.Second)
 	m.RequiredPasses = 2
 	m.QueryTimeout = agent.Duration(3 * time.Second)
@@ -144,7 +160,9 @@ func TestAHealthyMigrationPassesEveryGate(t *testing.T) {
 		assert.Equal(t, 0.0, *m.Baseline)
 	}
 	lat, _ := verdictOf(st, "latency-p99")
+	require.Len(t, lat.Measurements, 2, "one measurement per workload of the last wave")
 	for _, m := range lat.Measurements {
+		assert.Contains(t, []string{"reviews", "ratings"}, m.Workload)
 		assert.Greater(t, m.Value, 0.0)
 		assert.LessOrEqual(t, m.Value, 50.0, "the simulated p99 is 40ms")
 		assert.Equal(t, 1000.0, *m.Threshold)
@@ -183,7 +201,8 @@ func TestABadRevisionIsCaughtAndRolledBack(t *testing.T) {
 	er, ok := verdictOf(st, "error-rate")
 	require.True(t, ok)
 	require.Len(t, er.Measurements, 1)
-	assert.Greater(t, er.Measurements[0].Value, 0.05)
+	t.Logf("reviews on 1-26, staged at 30%% 5xx, measured %.2f%%", er.Measurements[0].Value*100)
+	assert.InDelta(t, 0.3, er.Measurements[0].Value, 0.02, "the window holds only the new revision's traffic, staged at 30%% 5xx")
 	assert.Equal(t, canary.ResultFail, er.Measurements[0].Result)
 	assert.Equal(t, 1, st.Counts.RolledBack)
 
@@ -213,6 +232,39 @@ func TestABadRevisionIsCaughtAndRolledBack(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(runCLI(t, f, "status", "-o", "json")), &rows))
 	require.Len(t, rows, 1)
 	assert.Equal(t, canary.PhaseRolledBack, rows[0].Status.Phase)
+}
+
+// TestADottedDeploymentNameIsMeasured moves a Deployment named api.v1,
+// staged to answer 30% 5xx on 1-26. Its name is a regex escape inside a
+// PromQL string (api\\.v1); written as api\.v1, Prometheus refused the
+// query and the check could only ever be inconclusive. Here the real
+// Prometheus measures it and the canary is rolled back for its numbers.
+func TestADottedDeploymentNameIsMeasured(t *testing.T) {
+	f := fixture.New(t, world.Options{})
+	const ns = "dotted"
+	f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, nil).
+		Deployment(ns, "api.v1", waveAnnotation("0")).
+		Deployment(ns, "web", waveAnnotation("1")).
+		RolledOut(ns)
+	f.World.Mesh.Traffic().SetBehavior(mesh.WorkloadRef{Namespace: ns, Name: "api.v1"}, "1-26", mesh.Behavior{ErrorRatio: 0.3, LatencyMs: 40})
+	waitForTraffic(t, f, ns, 2)
+	cfg, q := withMetrics(t, f, testConfig(f))
+	optIn(f, ns, "1-26", 10)
+	startAnalyzedAgent(t, f, cfg, q, newAPICounter())
+
+	st := waitForPhase(f, ns, canary.PhaseRolledBack, 3*time.Minute)
+	assert.Regexp(t, `^rolled back 1 workloads to 1-25: wave 1 failed: error-rate fail: api\.v1: \d+\.\d\d% > threshold 5\.00%$`, st.Reason)
+	er, ok := verdictOf(st, "error-rate")
+	require.True(t, ok)
+	require.Len(t, er.Measurements, 1)
+	assert.Equal(t, "api.v1", er.Measurements[0].Workload)
+	t.Logf("api.v1 on 1-26, staged at 30%% 5xx, measured %.2f%%", er.Measurements[0].Value*100)
+	assert.InDelta(t, 0.3, er.Measurements[0].Value, 0.02)
+	for _, run := range q.runs {
+		for _, query := range run {
+			assert.Contains(t, query, `_workload=~"api\\.v1"`)
+		}
+	}
 }
 
 // TestProxiesOutOfSyncFailTheSyncGate makes the new proxies of five

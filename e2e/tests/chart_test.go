@@ -339,3 +339,66 @@ func TestTheChartInstallsAndItsRBACSuffices(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "chart-sa", *lease.Spec.HolderIdentity)
 }
+
+// TestTheChartKeepsLeaderElectionSafe renders the chart's leader election
+// settings: without it more than one replica is refused (each would move
+// workloads on its own), an explicit false stays false, and the Role that
+// lets the agent read and renew its Lease names the Lease the agent uses,
+// in the namespace where it is.
+func TestTheChartKeepsLeaderElectionSafe(t *testing.T) {
+	chart := filepath.Join(repoRoot(t), "charts", "meshwave")
+	render := func(t *testing.T, set ...string) map[string]*unstructured.Unstructured {
+		t.Helper()
+		args := []string{"template", "meshwave", chart, "--namespace", "istio-system"}
+		for _, s := range set {
+			args = append(args, "--set", s)
+		}
+		out := map[string]*unstructured.Unstructured{}
+		for _, o := range decodeObjects(t, helm(t, args...)) {
+			out[o.GetKind()+"/"+o.GetName()] = o
+		}
+		return out
+	}
+	config := func(t *testing.T, objs map[string]*unstructured.Unstructured) agent.Config {
+		t.Helper()
+		raw, _, _ := unstructured.NestedString(objs["ConfigMap/meshwave-config"].Object, "data", "config.yaml")
+		cfg, err := agent.ParseConfig([]byte(raw))
+		require.NoError(t, err)
+		return cfg
+	}
+
+	t.Run("two replicas without leader election are refused", func(t *testing.T) {
+		_, stderr, err := runHelm(t, "template", "meshwave", chart, "--namespace", "istio-system", "--set", "config.leaderElection.enabled=false")
+		require.Error(t, err)
+		assert.Contains(t, stderr, "replicaCount 2 with config.leaderElection.enabled=false would run 2 agents that each move workloads on their own: set replicaCount=1, or keep leader election on")
+	})
+	t.Run("one replica without leader election keeps it off and needs no Role", func(t *testing.T) {
+		objs := render(t, "config.leaderElection.enabled=false", "replicaCount=1")
+		assert.False(t, config(t, objs).LeaderElection.Enabled, "an explicit false is not defaulted back to true")
+		assert.NotContains(t, objs, "Role/meshwave-leader")
+		assert.NotContains(t, objs, "RoleBinding/meshwave-leader")
+	})
+	t.Run("the Role names the configured Lease, where it is", func(t *testing.T) {
+		objs := render(t, "config.leaderElection.leaseName=mw-lease", "config.leaderElection.namespace=leases")
+		cfg := config(t, objs)
+		assert.Equal(t, "mw-lease", cfg.LeaderElection.LeaseName)
+		assert.Equal(t, "leases", cfg.LeaderElection.Namespace)
+		role := objs["Role/meshwave-leader"]
+		require.NotNil(t, role)
+		assert.Equal(t, "leases", role.GetNamespace())
+		rules, _, _ := unstructured.NestedSlice(role.Object, "rules")
+		require.Len(t, rules, 2)
+		assert.Equal(t, []any{"mw-lease"}, rules[1].(map[string]any)["resourceNames"])
+		binding := objs["RoleBinding/meshwave-leader"]
+		require.NotNil(t, binding)
+		assert.Equal(t, "leases", binding.GetNamespace())
+	})
+	t.Run("by default the Lease is named after the release", func(t *testing.T) {
+		objs := render(t)
+		cfg := config(t, objs)
+		assert.True(t, cfg.LeaderElection.Enabled)
+		assert.Equal(t, "meshwave", cfg.LeaderElection.LeaseName)
+		rules, _, _ := unstructured.NestedSlice(objs["Role/meshwave-leader"].Object, "rules")
+		assert.Equal(t, []any{"meshwave"}, rules[1].(map[string]any)["resourceNames"])
+	})
+}

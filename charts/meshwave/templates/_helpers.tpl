@@ -21,15 +21,37 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "meshwave.config" -}}
 {{- $cfg := deepCopy .Values.config -}}
 {{- if not (hasKey $cfg "rootNamespace") -}}{{- $_ := set $cfg "rootNamespace" "istio-system" -}}{{- end -}}
-{{- $le := dict "enabled" true "namespace" .Release.Namespace "leaseName" (include "meshwave.fullname" .) -}}
-{{- if hasKey $cfg "leaderElection" -}}{{- $le = merge (deepCopy $cfg.leaderElection) $le -}}{{- end -}}
-{{- $_ := set $cfg "leaderElection" $le -}}
+{{- $_ := set $cfg "leaderElection" (include "meshwave.leaderElection" . | fromYaml) -}}
 {{- $gates := default dict $cfg.gates -}}
 {{- $sync := default dict $gates.sync -}}
 {{- if not (hasKey $sync "tokenFile") -}}{{- $_ := set $sync "tokenFile" "/var/run/secrets/tokens/istio-token" -}}{{- end -}}
 {{- $_ := set $gates "sync" $sync -}}
 {{- $_ := set $cfg "gates" $gates -}}
 {{- toYaml $cfg -}}
+{{- end -}}
+
+{{/*
+config.leaderElection with its defaults: enabled, the release namespace and
+the release's name. Each default fills only a key that is not set (sprig's
+merge would take an explicit false for unset and turn it back to true).
+*/}}
+{{- define "meshwave.leaderElection" -}}
+{{- $le := deepCopy (default dict .Values.config.leaderElection) -}}
+{{- if not (hasKey $le "enabled") -}}{{- $_ := set $le "enabled" true -}}{{- end -}}
+{{- if not $le.namespace -}}{{- $_ := set $le "namespace" .Release.Namespace -}}{{- end -}}
+{{- if not $le.leaseName -}}{{- $_ := set $le "leaseName" (include "meshwave.fullname" .) -}}{{- end -}}
+{{- toYaml $le -}}
+{{- end -}}
+
+{{/*
+Without leader election every replica runs the workers, and two agents
+would move the same workloads each on its own.
+*/}}
+{{- define "meshwave.checkLeaderElection" -}}
+{{- $le := include "meshwave.leaderElection" . | fromYaml -}}
+{{- if and (not $le.enabled) (gt (int .Values.replicaCount) 1) -}}
+{{- fail (printf "replicaCount %d with config.leaderElection.enabled=false would run %d agents that each move workloads on their own: set replicaCount=1, or keep leader election on" (int .Values.replicaCount) (int .Values.replicaCount)) -}}
+{{- end -}}
 {{- end -}}
 
 {{/* A Go-style duration ("30m", "1h", "90s") in seconds, for alert expressions. */}}

@@ -17,6 +17,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -59,6 +60,9 @@ var app = []struct {
 
 // broken is the workload that fails on 1-26.
 var broken = mesh.WorkloadRef{Namespace: "reviews", Name: "reviews"}
+
+// stagedErrorRatio is the share of 5xx reviews answers on 1-26.
+const stagedErrorRatio = 0.3
 
 func main() {
 	if err := run(); err != nil {
@@ -167,6 +171,11 @@ func expected(rows []agent.NamespaceStatus) []string {
 		if r.Namespace == "reviews" && !strings.Contains(r.Status.Reason, "error-rate fail: reviews:") {
 			problems = append(problems, "reviews was rolled back for another reason: "+r.Status.Reason)
 		}
+		if r.Namespace == "reviews" {
+			if v, ok := measured(r.Status, "error-rate", "reviews"); !ok || math.Abs(v-stagedErrorRatio) > 0.02 {
+				problems = append(problems, fmt.Sprintf("reviews' error rate read %.2f%%, not the %.0f%% staged on 1-26", v*100, stagedErrorRatio*100))
+			}
+		}
 	}
 	for ns := range want {
 		if !seen[ns] {
@@ -175,6 +184,18 @@ func expected(rows []agent.NamespaceStatus) []string {
 	}
 	sort.Strings(problems)
 	return problems
+}
+
+// measured is a check's last value for a workload.
+func measured(st *canary.Status, check, workload string) (float64, bool) {
+	for _, v := range st.Verdicts {
+		for _, m := range v.Measurements {
+			if v.Gate == check && m.Workload == workload {
+				return m.Value, true
+			}
+		}
+	}
+	return 0, false
 }
 
 func deploySample(ctx context.Context, w *world.World) error {
@@ -195,7 +216,7 @@ func deploySample(ctx context.Context, w *world.World) error {
 			w.Mesh.Traffic().Route(mesh.WorkloadRef{Namespace: a.ns, Name: r[0]}, mesh.WorkloadRef{Namespace: a.ns, Name: r[1]})
 		}
 	}
-	w.Mesh.Traffic().SetBehavior(broken, "1-26", mesh.Behavior{ErrorRatio: 0.3, LatencyMs: 40})
+	w.Mesh.Traffic().SetBehavior(broken, "1-26", mesh.Behavior{ErrorRatio: stagedErrorRatio, LatencyMs: 40})
 	deadline := time.Now().Add(time.Minute)
 	for _, a := range app {
 		for _, name := range a.workloads {
@@ -244,7 +265,10 @@ func startAgent(ctx context.Context, w *world.World, dir string) (string, func()
 	cfg.Gates.Sync.Interval = agent.Duration(time.Second)
 	m := &cfg.Gates.Metrics
 	m.Prometheus.URL = w.Prometheus.URL
-	m.Window, m.BakeTime, m.Interval = agent.Duration(10*time.Second), agent.Duration(5*time.Second), agent.Duration(3*time.Second)
+	// The window fits in the bake time: a longer one would reach back to
+	// the old revision's traffic (reviews read 16-17% for its staged 30%).
+	// 10s holds 200 requests, enough for a steady p99.
+	m.Window, m.BakeTime, m.Interval = agent.Duration(10*time.Second), agent.Duration(10*time.Second), agent.Duration(3*time.Second)
 	m.RequiredPasses = 2
 	m.OutboundErrorRate.Enabled = false
 

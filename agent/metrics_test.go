@@ -1,0 +1,114 @@
+package agent
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/meshwave/meshwave/canary"
+)
+
+var scrapeTime = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+// namespaceWith is a namespace with the given annotations; a status given
+// as a struct is written as JSON.
+func namespaceWith(t *testing.T, name string, target string, status any) *corev1.Namespace {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{}}}
+	if target != "" {
+		ns.Annotations[canary.AnnotationTargetRevision] = target
+	}
+	switch s := status.(type) {
+	case nil:
+	case string:
+		ns.Annotations[canary.AnnotationStatus] = s
+	default:
+		raw, err := json.Marshal(s)
+		require.NoError(t, err)
+		ns.Annotations[canary.AnnotationStatus] = string(raw)
+	}
+	return ns
+}
+
+// stateRegistry registers a state collector over the namespaces, as
+// NewMetrics does.
+func stateRegistry(t *testing.T, nss ...*corev1.Namespace) *prometheus.Registry {
+	t.Helper()
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	for _, ns := range nss {
+		require.NoError(t, idx.Add(ns))
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(&stateCollector{caches: &Caches{Namespaces: corelisters.NewNamespaceLister(idx)}, clock: clocktesting.NewFakePassiveClock(scrapeTime)})
+	return reg
+}
+
+func analysisVerdict(gate string, result canary.Result, value float64) canary.Verdict {
+	threshold := 0.05
+	return canary.Verdict{Gate: gate, Result: result, Analysis: true,
+		Measurements: []canary.Measurement{{Check: gate, Workload: "cart", Value: value, Threshold: &threshold, Result: result}}}
+}
+
+func TestOneBadStatusNeverFailsTheScrape(t *testing.T) {
+	started := scrapeTime.Add(-time.Minute)
+	healthy := canary.Status{Phase: canary.PhaseAnalyzing, Target: "1-26", TargetRevision: "1-26", SourceRevision: "1-25", Wave: 1, TotalWaves: 2,
+		WaveState: canary.WaveVerifying, StartedAt: &started, GatesSince: &started,
+		Verdicts: []canary.Verdict{analysisVerdict("error-rate", canary.ResultPass, 0.01)}}
+	failing := healthy
+	failing.TotalWaves = 1
+	failing.Verdicts = []canary.Verdict{analysisVerdict("error-rate", canary.ResultFail, 0.3)}
+	// meshwave never writes one gate twice: such a status is unreadable,
+	// and not reported, as any other.
+	twice := healthy
+	twice.Verdicts = []canary.Verdict{analysisVerdict("error-rate", canary.ResultPass, 0.01), analysisVerdict("error-rate", canary.ResultFail, 0.3)}
+	reg := stateRegistry(t,
+		namespaceWith(t, "shop", "1-26", healthy),
+		namespaceWith(t, "edited", "1-26", failing),
+		namespaceWith(t, "twice", "1-26", twice),
+		namespaceWith(t, "garbage", "1-26", "{not json"),
+		namespaceWith(t, "left", "", healthy),
+	)
+
+	want := `
+# HELP meshwave_analysis_result The check's last result: one series per result, 1 for the current one.
+# TYPE meshwave_analysis_result gauge
+meshwave_analysis_result{check="error-rate",namespace="edited",result="Fail"} 1
+meshwave_analysis_result{check="error-rate",namespace="edited",result="Inconclusive"} 0
+meshwave_analysis_result{check="error-rate",namespace="edited",result="Pass"} 0
+meshwave_analysis_result{check="error-rate",namespace="edited",result="Pending"} 0
+meshwave_analysis_result{check="error-rate",namespace="shop",result="Fail"} 0
+meshwave_analysis_result{check="error-rate",namespace="shop",result="Inconclusive"} 0
+meshwave_analysis_result{check="error-rate",namespace="shop",result="Pass"} 1
+meshwave_analysis_result{check="error-rate",namespace="shop",result="Pending"} 0
+# HELP meshwave_analysis_value The last measured value of a check, for the wave's worst workload.
+# TYPE meshwave_analysis_value gauge
+meshwave_analysis_value{check="error-rate",namespace="edited"} 0.3
+meshwave_analysis_value{check="error-rate",namespace="shop"} 0.01
+# HELP meshwave_namespace_waves The total number of waves of the migration.
+# TYPE meshwave_namespace_waves gauge
+meshwave_namespace_waves{namespace="edited"} 1
+meshwave_namespace_waves{namespace="shop"} 2
+`
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "meshwave_analysis_result", "meshwave_analysis_value", "meshwave_namespace_waves"),
+		"unreadable statuses (a gate named twice, not JSON) and a namespace that left are not reported")
+
+	rec := httptest.NewRecorder()
+	(&Controller{}).Handler(reg).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	assert.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	assert.Contains(t, rec.Body.String(), `meshwave_namespace_phase{namespace="shop",phase="Analyzing"} 1`)
+	assert.NotContains(t, rec.Body.String(), `namespace="left"`, "a namespace without meshwave.io/target-revision is not migrating")
+	assert.NotContains(t, rec.Body.String(), `namespace="garbage"`)
+}
