@@ -25,8 +25,9 @@ import (
 )
 
 // act applies a decision: one namespace write first, carrying the status,
-// the paused and rollback annotations and the istio.io/rev label together,
-// fenced with the resourceVersion the decision was made from, so that the
+// the paused and rollback annotations and the istio.io/rev label together
+// (an empty one when only Deployments are patched), fenced with the
+// resourceVersion the decision was made from, so that the
 // intent survives a crash and a stale writer gets a conflict rather than
 // the last word; then the Deployment patches, up to a batch at once; then
 // the Events of what happened. A patch the apiserver refuses (an admission
@@ -45,7 +46,7 @@ func (c *Controller) act(ctx context.Context, ns *corev1.Namespace, prev *canary
 	failed, refused, err := c.applyMoves(spanCtx, ns.Name, d.Moves)
 	var events []canary.Event
 	for _, e := range d.Events {
-		if e.Reason == "Restarted" && failed[e.Deployment] {
+		if (e.Reason == "Restarted" || e.Reason == "MoveRecordRestored") && failed[e.Deployment] {
 			continue
 		}
 		events = append(events, e)
@@ -81,9 +82,14 @@ func (c *Controller) writeNamespace(ctx context.Context, ns *corev1.Namespace, p
 	if d.ClearRollback {
 		annotations[canary.AnnotationRollback] = nil
 	}
-	if len(annotations) == 0 && d.Label == "" {
+	fenceOnly := len(annotations) == 0 && d.Label == ""
+	if fenceOnly && len(d.Moves) == 0 {
 		return nil
 	}
+	// Restarts decided with nothing to change on the namespace still go
+	// through it: an empty patch fenced with the resourceVersion they were
+	// decided from, which the apiserver answers with a conflict, writing
+	// nothing, when the namespace cache was behind.
 	metadata := map[string]any{"resourceVersion": ns.ResourceVersion}
 	if len(annotations) > 0 {
 		metadata["annotations"] = annotations
@@ -115,6 +121,9 @@ func (c *Controller) writeNamespace(ctx context.Context, ns *corev1.Namespace, p
 	if err != nil {
 		return fmt.Errorf("write namespace %s: %w", ns.Name, err)
 	}
+	if fenceOnly {
+		return nil
+	}
 	c.expect.expectNamespace(ns.Name, updated.ResourceVersion, statusRaw, d.Label, c.clock.Now())
 	logger := klog.FromContext(ctx)
 	if d.Status != nil && (prev == nil || prev.Phase != d.Status.Phase || prev.Wave != d.Status.Wave) {
@@ -143,7 +152,10 @@ func (c *Controller) applyMoves(ctx context.Context, ns string, moves []canary.M
 	for _, m := range moves {
 		g.Go(func() error {
 			name := "restart " + m.Workload
-			if m.Record.Rollback {
+			switch {
+			case m.RecordOnly:
+				name = "restore the move record of " + m.Workload
+			case m.Record.Rollback:
 				name = "roll back " + m.Workload
 			}
 			_, span := c.tracer.Start(ctx, name, attrNS.String(ns), attrWorkload.String(m.Workload),
@@ -171,6 +183,10 @@ func (c *Controller) applyMoves(ctx context.Context, ns string, moves []canary.M
 				return fmt.Errorf("patch deployment %s/%s: %w", ns, m.Workload, err)
 			}
 			c.expect.expectMove(ns, m.Workload, updated.ResourceVersion, m.Record.Encode(), c.clock.Now())
+			if m.RecordOnly {
+				logger.Info("Restored a move record", "workload", m.Workload, "revision", m.Record.Revision, "wave", m.Record.Wave)
+				return nil
+			}
 			logger.Info("Restarted workload", "workload", m.Workload, "revision", m.Record.Revision, "wave", m.Record.Wave, "rollback", m.Record.Rollback)
 			return nil
 		})

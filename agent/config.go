@@ -369,11 +369,11 @@ func (c Config) Validate() error {
 	if c.Concurrency < 1 {
 		bad("concurrency", c.Concurrency, "a positive integer")
 	}
-	if c.CanarySize < 1 {
-		bad("canarySize", c.CanarySize, "a positive integer")
+	if c.CanarySize < 1 || c.CanarySize > canary.MaxWaveSize {
+		bad("canarySize", c.CanarySize, fmt.Sprintf("an integer from 1 to %d", canary.MaxWaveSize))
 	}
-	if c.BatchSize < 1 || c.BatchSize > 500 {
-		bad("batchSize", c.BatchSize, "an integer from 1 to 500")
+	if c.BatchSize < 1 || c.BatchSize > canary.MaxWaveSize {
+		bad("batchSize", c.BatchSize, fmt.Sprintf("an integer from 1 to %d", canary.MaxWaveSize))
 	}
 	if c.ReadinessTimeout <= 0 {
 		bad("readinessTimeout", c.ReadinessTimeout.D(), "a positive duration")

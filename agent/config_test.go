@@ -47,6 +47,7 @@ func TestParseConfigRejectsBadValues(t *testing.T) {
 		{"a window longer than the bake time", "gates: {metrics: {bakeTime: 30s, window: 1m}}\n",
 			"config key gates.metrics.bakeTime: 30s is not at least gates.metrics.window (1m0s): the first rates would reach back before the wave was up and mix in the old revision's traffic"},
 		{"a zero batch", "batchSize: 0\n", "config key batchSize: 0 is not an integer from 1 to 500"},
+		{"a canary larger than the status lists", "canarySize: 501\n", "config key canarySize: 501 is not an integer from 1 to 500"},
 		{"an unknown policy", "failurePolicy: Retry\n", `config key failurePolicy: "Retry" is not one of "RollbackWave", "Pause" or "Continue"`},
 		{"msname in the allow-list", "persistAnnotations: [msname]\n", `config key persistAnnotations[0]: "msname" is not allowed: the msname labels must never be written into templates`},
 		{"a percentage over 100", "maxFailedPercent: 150\n", "config key maxFailedPercent: 150 is not a percentage from 0 to 100"},

@@ -73,6 +73,9 @@ func (m *Metrics) observe(ns string, prev *canary.Status, d canary.Decision, ver
 		m.verdicts.WithLabelValues(ns, v.Gate, string(v.Result)).Inc()
 	}
 	for _, mv := range d.Moves {
+		if mv.RecordOnly {
+			continue
+		}
 		kind := "move"
 		if mv.Record.Rollback {
 			kind = "rollback"

@@ -58,27 +58,62 @@ func migrationsOnRecord(ws []Workload, targetRevision string) []migrationOnRecor
 
 // recordConflict says why a status that started a migration cannot be
 // decided from, or "" when the records agree with it. The records win
-// when they show a newer migration to the same target, forward moves of an
-// older one (a migration only ever starts fresh when there are none: it
-// adopts them instead), or a wave beyond the status's (a status that
-// regressed would let that wave's members skip judgment).
+// when they show:
+//   - a newer migration to the same target;
+//   - forward moves of an older one while the status's own migration has
+//     none (a migration only ever starts fresh when there are none: it
+//     adopts them instead; once it has moves of its own, the older
+//     records are history);
+//   - a wave beyond the status's (a status that regressed would let that
+//     wave's members skip judgment);
+//   - a rollback the status does not know of (a status older than the
+//     rollback would send its members forward again).
+//
+// A rollback written before the status's retriedAt is history: the
+// workloads it returned are planned again by the retry.
 func recordConflict(ws []Workload, st *Status) (migrationOnRecord, string) {
 	if st == nil || st.MigrationID() == "" || st.Phase == PhaseStopped {
 		return migrationOnRecord{}, ""
 	}
-	for _, m := range migrationsOnRecord(ws, st.TargetRevision) {
+	ms := migrationsOnRecord(ws, st.TargetRevision)
+	own := slices.ContainsFunc(ms, func(m migrationOnRecord) bool { return m.ID == st.MigrationID() })
+	for _, m := range ms {
 		switch {
 		case m.ID == st.MigrationID():
+			m = m.since(st.RetriedAt)
 			if m.LastWave > st.Wave {
 				return m, fmt.Sprintf("the move records show wave %d of migration %s, the status only wave %d", m.LastWave, m.ID, st.Wave)
 			}
+			if len(m.Back) > 0 && !st.knowsRollback() {
+				return m, fmt.Sprintf("the move records show a rollback of %s in migration %s, which the status (%s) does not know", strings.Join(slices.Sorted(maps.Keys(m.Back)), ", "), m.ID, st.Phase)
+			}
 		case m.StartedAt.After(*st.StartedAt):
 			return m, fmt.Sprintf("the move records show migration %s, newer than the status's %s", m.ID, st.MigrationID())
-		case len(m.Forward) > 0:
+		case len(m.Forward) > 0 && !own:
 			return m, fmt.Sprintf("the move records show moves of migration %s, which the status's %s does not know", m.ID, st.MigrationID())
 		}
 	}
 	return migrationOnRecord{}, ""
+}
+
+// since drops the rollbacks on record from before a retry: the retry
+// plans their workloads again. LastWave is that of what is left.
+func (m migrationOnRecord) since(retriedAt *time.Time) migrationOnRecord {
+	if retriedAt == nil {
+		return m
+	}
+	out := m
+	out.Back, out.LastWave = map[string]MoveRecord{}, 0
+	for name, r := range m.Back {
+		if r.At.After(*retriedAt) {
+			out.Back[name] = r
+			out.LastWave = max(out.LastWave, r.Wave)
+		}
+	}
+	for _, r := range m.Forward {
+		out.LastWave = max(out.LastWave, r.Wave)
+	}
+	return out
 }
 
 // adoptRecords rebuilds the status of a migration from its move records:
@@ -116,6 +151,11 @@ func (d *decider) adoptLastWave(st *Status, m migrationOnRecord) {
 		r := m.Forward[name]
 		if r.Wave != st.Wave {
 			continue
+		}
+		if len(st.Workloads) == maxMembers {
+			// More records of one wave than a wave holds: not all of
+			// them are meshwave's. The status lists what it can.
+			break
 		}
 		st.Workloads = append(st.Workloads, WorkloadState{Name: name, State: StateMoving})
 		if started.IsZero() || r.At.Before(started) {
@@ -169,6 +209,7 @@ func (d *decider) continueOnRecord() bool {
 			continue
 		}
 		prev := *d.st
+		retried := len(m.Back) > 0
 		m.Back = nil
 		lastForward := 0
 		for _, r := range m.Forward {
@@ -177,6 +218,11 @@ func (d *decider) continueOnRecord() bool {
 		m.LastWave = lastForward
 		d.adoptRecords(m, EventNormal, "MigrationResumed", fmt.Sprintf("the Deployments carry moves of migration %s to %s", m.ID, d.st.TargetRevision))
 		d.st.Warnings, d.st.PausedSeconds = prev.Warnings, prev.PausedSeconds
+		if retried {
+			// The rollbacks on record are history from now on: their
+			// workloads are planned again.
+			d.st.RetriedAt = timePtr(d.now)
+		}
 		return true
 	}
 	return false

@@ -128,6 +128,10 @@ type Move struct {
 	Workload string
 	Record   MoveRecord
 	Patch    []byte
+	// RecordOnly is a patch that writes the move record back and leaves
+	// the template alone: the workload was restarted in this wave, but its
+	// record was removed.
+	RecordOnly bool
 }
 
 // Decision is what to do next. The agent applies it in order: the status
@@ -243,6 +247,19 @@ func (d *decider) run() {
 		d.ended()
 	}
 	d.summarize(prev)
+}
+
+// freshStart is the start time of a new migration: now, or a second later
+// when a migration on record to the same target started in the same
+// second, so that no two migrations share an ID.
+func (d *decider) freshStart() time.Time {
+	now := d.now.UTC().Truncate(time.Second)
+	for _, m := range migrationsOnRecord(d.snap.Deployments, d.st.TargetRevision) {
+		if m.StartedAt.Equal(now) {
+			return now.Add(time.Second)
+		}
+	}
+	return d.now
 }
 
 // freshStatus starts a new migration's status. One that replaces an
@@ -395,7 +412,7 @@ func (d *decider) pending() {
 	}
 	st.Phase, st.Reason = PhaseMigrating, ""
 	st.SourceLabel, st.SourceRevision = source, sourceRev
-	st.StartedAt = timePtr(d.now)
+	st.StartedAt = timePtr(d.freshStart())
 	st.Warnings = d.warnings(plan)
 	d.event("", EventNormal, "MigrationStarted", fmt.Sprintf("moving %d workloads from %s to %s in %d waves", plan.Remaining(), sourceRev, st.TargetRevision, len(plan.Waves)))
 	for _, w := range st.Warnings {
@@ -640,6 +657,16 @@ func (d *decider) ensureMoves() bool {
 			failed, reasons = append(failed, WorkloadState{Name: w.Name, State: StateFailed, Reason: why}), append(reasons, why)
 		case !moved && d.noControlPlane() != "":
 			held = true
+		case !moved && !hasRecord(w) && restartedSince(w, st.WaveStartedAt):
+			// Its record is gone, but its template shows a restart after
+			// the wave started, onto the label the wave set: the record is
+			// written back; the workload is not restarted again.
+			stamp := w.TemplateAnnotations[AnnotationRestartedAt]
+			at, _ := time.Parse(time.RFC3339, stamp)
+			rec := MoveRecord{Revision: st.TargetRevision, From: st.SourceRevision, SourceLabel: st.sourceLabelOnRecord(), Wave: st.Wave, At: at, Migration: st.MigrationID()}
+			d.out.Moves = append(d.out.Moves, Move{Workload: w.Name, Record: rec, Patch: RecordPatch(w, rec), RecordOnly: true})
+			d.event(w.Name, EventWarning, "MoveRecordRestored", fmt.Sprintf("%s had no %s record of wave %d, but its template was restarted at %s, after the wave started: the record is written back, and %s is not restarted again", w.Name, AnnotationMove, st.Wave, stamp, w.Name))
+			issued = true
 		case !moved:
 			rec := MoveRecord{Revision: st.TargetRevision, From: st.SourceRevision, SourceLabel: st.sourceLabelOnRecord(), Wave: st.Wave, At: d.now, Migration: st.MigrationID()}
 			d.addMove(w, rec, fmt.Sprintf("moving to %s in wave %d", st.TargetRevision, st.Wave))
@@ -668,11 +695,11 @@ func (d *decider) ensureMoves() bool {
 // verdicts and failures it causes.
 const gateRestart = "restart"
 
-// withoutRestarts drops the Restarted events of moves that are not sent.
+// withoutRestarts drops the events of moves that are not sent.
 func withoutRestarts(events []Event) []Event {
 	var out []Event
 	for _, e := range events {
-		if e.Reason != "Restarted" {
+		if e.Reason != "Restarted" && e.Reason != "MoveRecordRestored" {
 			out = append(out, e)
 		}
 	}

@@ -29,6 +29,8 @@ type sim struct {
 	// answers are the refusals of the last decision's patches, which the
 	// next decision is told about, as the agent does.
 	refused, answers map[string]string
+	// restored counts the patches that only wrote a move record back.
+	restored map[string]int
 	// optedIn is whether the namespace carried its target at the last
 	// decision, as the agent remembers it.
 	optedIn bool
@@ -79,7 +81,14 @@ func (s *sim) apply(d Decision) {
 			s.answers[m.Workload] = answer
 			continue
 		}
-		s.patches[m.Workload]++
+		if m.RecordOnly {
+			if s.restored == nil {
+				s.restored = map[string]int{}
+			}
+			s.restored[m.Workload]++
+		} else {
+			s.patches[m.Workload]++
+		}
 		for i := range s.snap.Deployments {
 			w := &s.snap.Deployments[i]
 			if w.Name != m.Workload {

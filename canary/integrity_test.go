@@ -2,6 +2,7 @@ package canary
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -337,4 +338,148 @@ func TestNothingMovesOntoARevisionWithoutAControlPlane(t *testing.T) {
 	d = s.decide(nil)
 	require.Len(t, d.Moves, 1)
 	assert.Equal(t, "a", d.Moves[0].Workload)
+}
+
+// reasonsOf lists the reasons of the events.
+func reasonsOf(events []Event) []string {
+	var out []string
+	for _, e := range events {
+		out = append(out, e.Reason)
+	}
+	return out
+}
+
+func TestAStatusOlderThanARollbackContinuesTheRollback(t *testing.T) {
+	t.Run("the status of the wave under test", func(t *testing.T) {
+		s := newSim(t, deploy("a"), deploy("b"))
+		s.decide(nil)
+		older, err := s.status.Encode()
+		require.NoError(t, err)
+		s.decide(failRollout("a", "a did not roll out"))
+		require.Equal(t, PhaseRollingBack, s.status.Phase)
+		require.Equal(t, 2, s.patches["a"], "moved, then rolled back")
+
+		// The status write of the rollback is lost (or a stale cache
+		// shows the one before it): the status says wave 1 is under test.
+		s.raw, s.status = &older, nil
+		s.snap.Namespace.Labels[LabelRev] = "1-26"
+		d := s.decide(nil)
+		assert.Empty(t, d.Moves, "a must not be sent forward again")
+		require.NotNil(t, d.Status)
+		assert.Equal(t, PhaseRollingBack, d.Status.Phase)
+		assert.Equal(t, RollbackWave, d.Status.Rollback)
+		assert.Equal(t, "1-25", d.Label)
+		assert.Equal(t, Event{Type: EventWarning, Reason: "StatusAdopted",
+			Message: "the status disagrees with the Deployments' move records: the move records show a rollback of a in migration 1-26@2026-11-29T12:00:00Z, which the status (Migrating) does not know; continuing migration 1-26@2026-11-29T12:00:00Z at wave 1 (rollingback)"}, d.Events[0])
+		s.rollOut("1-25", "a")
+		s.decide(s.gates())
+		assert.Equal(t, PhaseRolledBack, s.status.Phase)
+		assert.Equal(t, map[string]int{"a": 2}, s.patches)
+	})
+	t.Run("a Completed status after a rollback of everything", func(t *testing.T) {
+		s := newSim(t, deploy("a"), deploy("b"))
+		s.playUntil(PhaseCompleted)
+		completed, err := s.status.Encode()
+		require.NoError(t, err)
+		s.snap.Namespace.Annotations[AnnotationRollback] = "all"
+		s.decide(nil)
+		require.Equal(t, PhaseRollingBack, s.status.Phase)
+		require.Equal(t, map[string]int{"a": 2, "b": 2}, s.patches)
+
+		s.raw, s.status = &completed, nil
+		d := s.decide(nil)
+		assert.Empty(t, d.Moves)
+		require.NotNil(t, d.Status)
+		assert.Equal(t, PhaseRollingBack, d.Status.Phase)
+		assert.Equal(t, RollbackAll, d.Status.Rollback)
+	})
+}
+
+func TestARetryAfterAWaveRollbackResumesAndKeepsGoing(t *testing.T) {
+	s := toWave2(t)
+	s.rollOut("1-26", "b")
+	s.decide(failRollout("c", "c did not roll out"))
+	require.Equal(t, PhaseRollingBack, s.status.Phase)
+	require.Equal(t, RollbackWave, s.status.Rollback)
+	s.rollOut("1-25", "b", "c")
+	s.decide(s.gates())
+	require.Equal(t, PhaseRolledBack, s.status.Phase)
+
+	delete(s.snap.Namespace.Annotations, AnnotationTargetRevision)
+	s.decide(nil)
+	require.Equal(t, PhaseStopped, s.status.Phase)
+	s.now = s.now.Add(time.Hour)
+	s.snap.Namespace.Annotations[AnnotationTargetRevision] = "1-26"
+	d := s.decide(s.gates())
+	require.Equal(t, PhaseMigrating, d.Status.Phase)
+	assert.Equal(t, 1, d.Status.Wave, "the last wave that moved forward is judged again")
+	assert.Equal(t, s.now, *d.Status.RetriedAt)
+	assert.Equal(t, []string{"MigrationResumed"}, reasonsOf(d.Events))
+
+	// The rollback of wave 2 is history: the retry neither adopts it nor
+	// loops; it plans b and c again.
+	d = s.decide(s.gates())
+	assert.NotContains(t, reasonsOf(d.Events), "StatusAdopted")
+	s.playUntil(PhaseCompleted)
+	assert.Equal(t, map[string]int{"a": 1, "b": 3, "c": 3}, s.patches, "b and c: moved, rolled back, moved again")
+	assert.NotContains(t, reasonsOf(s.events[len(s.events)-6:]), "StatusAdopted")
+}
+
+func TestAnOlderMigrationsRecordIsHistoryOnceTheStatusHasMovesOfItsOwn(t *testing.T) {
+	s := toWave2(t)
+	z := deploy("z")
+	z.Annotations[AnnotationMove] = MoveRecord{Revision: "1-26", From: "1-25", Wave: 1, At: t0.Add(-time.Hour), Migration: MigrationID("1-26", t0.Add(-time.Hour))}.Encode()
+	s.snap.Deployments = append(s.snap.Deployments, z)
+	id := s.status.MigrationID()
+	for i := 0; i < 3; i++ {
+		d := s.decide(nil)
+		assert.NotContains(t, reasonsOf(d.Events), "StatusAdopted", "round %d", i)
+		assert.Equal(t, id, s.status.MigrationID(), "round %d", i)
+		assert.Empty(t, d.Moves, "round %d", i)
+	}
+}
+
+func TestARemovedMoveRecordIsWrittenBackWithoutARestart(t *testing.T) {
+	s := newSim(t, deploy("a"), deploy("b"))
+	s.decide(nil)
+	require.Equal(t, 1, s.patches["a"])
+	stamp := s.snap.Deployments[0].TemplateAnnotations[AnnotationRestartedAt]
+	delete(s.snap.Deployments[0].Annotations, AnnotationMove)
+
+	d := s.decide(nil)
+	require.Len(t, d.Moves, 1)
+	assert.True(t, d.Moves[0].RecordOnly)
+	assert.JSONEq(t, `{"metadata":{"annotations":{"meshwave.io/move":"{\"revision\":\"1-26\",\"from\":\"1-25\",\"wave\":1,\"at\":\"2026-11-29T12:00:00Z\",\"migration\":\"1-26@2026-11-29T12:00:00Z\"}"},"resourceVersion":"100"}}`, string(d.Moves[0].Patch))
+	assert.Equal(t, []Event{{Deployment: "a", Type: EventWarning, Reason: "MoveRecordRestored",
+		Message: "a had no meshwave.io/move record of wave 1, but its template was restarted at " + stamp + ", after the wave started: the record is written back, and a is not restarted again"}}, d.Events)
+	assert.Equal(t, 1, s.patches["a"])
+	assert.Equal(t, stamp, s.snap.Deployments[0].TemplateAnnotations[AnnotationRestartedAt])
+
+	// The wave fails: the restored record sends a back with the rollback.
+	s.decide(failRollout("a", "a did not roll out"))
+	assert.Equal(t, PhaseRollingBack, s.status.Phase)
+	assert.Equal(t, 2, s.patches["a"])
+	assert.Equal(t, map[string]int{"a": 1}, s.restored)
+}
+
+func TestAWaveHoldsAtMost500Workloads(t *testing.T) {
+	var ws []Workload
+	for i := 0; i < 501; i++ {
+		ws = append(ws, deploy(fmt.Sprintf("svc-%04d", i)))
+	}
+	s := newSim(t, ws...)
+	s.cfg.Sizes = WaveSizes{CanarySize: 1000, BatchSize: 1000}
+	d := s.decide(nil)
+	assert.Len(t, d.Moves, 500)
+	assert.Len(t, d.Status.Workloads, 500)
+	assert.Equal(t, 2, d.Status.TotalWaves)
+}
+
+func TestAnUnreadableStatusHoldsItsSlot(t *testing.T) {
+	p, ok := PeerOf("shop", map[string]string{AnnotationTargetRevision: "1-26", AnnotationStatus: `{"phase":`})
+	require.True(t, ok)
+	assert.True(t, p.HoldsSlot, "shop may be half-way through a migration")
+	admitted, why := Admit(Peer{Name: "blog", Priority: 100}, []Peer{p}, 1)
+	assert.False(t, admitted)
+	assert.NotEmpty(t, why)
 }

@@ -98,6 +98,33 @@ func MovePatch(w Workload, changes TemplateChanges, record MoveRecord) []byte {
 	return patch
 }
 
+// RecordPatch writes only the move record, fenced with the resourceVersion
+// it was decided from: it changes no template, so nothing restarts.
+func RecordPatch(w Workload, record MoveRecord) []byte {
+	meta := map[string]any{"annotations": map[string]string{AnnotationMove: record.Encode()}}
+	if w.ResourceVersion != "" {
+		meta["resourceVersion"] = w.ResourceVersion
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": meta})
+	return patch
+}
+
+// hasRecord reports whether w carries a move record, readable or not.
+func hasRecord(w Workload) bool {
+	_, ok := w.Annotations[AnnotationMove]
+	return ok
+}
+
+// restartedSince reports whether w's template carries a restart stamp at
+// or after since (to the second, as stamps are written).
+func restartedSince(w Workload, since *time.Time) bool {
+	if since == nil {
+		return false
+	}
+	at, err := time.Parse(time.RFC3339, w.TemplateAnnotations[AnnotationRestartedAt])
+	return err == nil && !at.Before(since.UTC().Truncate(time.Second))
+}
+
 // restartStamp formats at as kubectl rollout restart does. A stamp equal to
 // the template's current one would not roll the Deployment (a rollback in
 // the same second as the move, say), so it is then pushed a second later.

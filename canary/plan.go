@@ -58,8 +58,15 @@ func (s WaveSizes) withDefaults() WaveSizes {
 	if s.BatchSize <= 0 {
 		s.BatchSize = 5
 	}
+	// A wave's members are listed in the status, which holds at most
+	// MaxWaveSize of them; the agent's configuration refuses more.
+	s.CanarySize, s.BatchSize = min(s.CanarySize, MaxWaveSize), min(s.BatchSize, MaxWaveSize)
 	return s
 }
+
+// MaxWaveSize is the largest wave: canarySize and batchSize are at most
+// this.
+const MaxWaveSize = maxMembers
 
 // PlanNamespace plans the waves that remain for a namespace moving to
 // targetRevision in the migration named migration ("" before it starts).

@@ -115,15 +115,20 @@ type Peer struct {
 
 // PeerOf reads another namespace's place in the queue from its
 // annotations; ok is false when it has not opted in. A namespace with no
-// status, an unreadable one, or one about another target waits as
-// Pending.
+// status, or one about another target, waits as Pending. One whose status
+// cannot be read may be half-way through a migration: it holds its slot
+// until its own reconcile has rebuilt the status.
 func PeerOf(name string, annotations map[string]string) (Peer, bool) {
 	if _, ok := annotations[AnnotationTargetRevision]; !ok {
 		return Peer{}, false
 	}
 	settings, _ := ParseNamespace(name, annotations)
 	p := Peer{Name: name, Priority: settings.Priority, Phase: PhasePending}
-	if st, ok, err := ParseStatus(annotations); ok && err == nil && st.Target == settings.Target {
+	st, ok, err := ParseStatus(annotations)
+	switch {
+	case err != nil:
+		p.HoldsSlot = true
+	case ok && st.Target == settings.Target:
 		p.Phase, p.HoldsSlot = st.Phase, st.HoldsSlot()
 	}
 	return p, true

@@ -199,8 +199,12 @@ type Status struct {
 	WaveStartedAt *time.Time `json:"waveStartedAt,omitempty"`
 	// GatesSince is when the current wave's gate timeouts started counting:
 	// the wave's start, or the moment a pause was lifted.
-	GatesSince  *time.Time `json:"gatesSince,omitempty"`
-	NextWaveAt  *time.Time `json:"nextWaveAt,omitempty"`
+	GatesSince *time.Time `json:"gatesSince,omitempty"`
+	NextWaveAt *time.Time `json:"nextWaveAt,omitempty"`
+	// RetriedAt is when the migration was resumed after a rollback (its
+	// target removed and set again): the rollbacks on record from before
+	// it are history, and their workloads are planned again.
+	RetriedAt   *time.Time `json:"retriedAt,omitempty"`
 	PausedAt    *time.Time `json:"pausedAt,omitempty"`
 	CompletedAt *time.Time `json:"completedAt,omitempty"`
 	// PausedSeconds is the time spent paused before the current pause.
@@ -252,7 +256,7 @@ func ParseStatus(annotations map[string]string) (*Status, bool, error) {
 const (
 	maxWaves     = 1_000_000
 	maxWorkloads = 1_000_000
-	// maxMembers bounds a wave's member list: batchSize is at most 500.
+	// maxMembers bounds a wave's member list (MaxWaveSize).
 	maxMembers = 500
 )
 
@@ -343,6 +347,9 @@ func (s *Status) Validate() error {
 	if s.Wave > 0 && s.SourceRevision == "" {
 		bad("sourceRevision", `""`, "set once a wave has started")
 	}
+	if s.RetriedAt != nil && (s.StartedAt == nil || s.RetriedAt.Before(*s.StartedAt)) {
+		bad("retriedAt", s.RetriedAt.UTC().Format(time.RFC3339), "a time after startedAt")
+	}
 	if (s.WaveState == WaveVerifying || s.WaveState == WaveRollingBack) && s.GatesSince == nil {
 		bad("gatesSince", "null", "set while a wave is verified or rolled back")
 	}
@@ -406,6 +413,13 @@ func (s *Status) sourceLabelOnRecord() string {
 		return ""
 	}
 	return s.SourceLabel
+}
+
+// knowsRollback reports whether the status is of a rollback: in progress,
+// finished, or in progress when it paused or was blocked.
+func (s *Status) knowsRollback() bool {
+	return s.Phase == PhaseRollingBack || s.Phase == PhaseRolledBack || s.BlockedPhase == PhaseRollingBack ||
+		s.WaveState == WaveRollingBack || s.Rollback != RollbackNone
 }
 
 // PausedFor is how long the namespace has been paused in total.
