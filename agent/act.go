@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -35,6 +36,14 @@ import (
 // decision, which applies the failure policy.
 func (c *Controller) act(ctx context.Context, ns *corev1.Namespace, prev *canary.Status, d canary.Decision) error {
 	if err := c.writeNamespace(ctx, ns, prev, d); err != nil {
+		if refusal(err) {
+			// Nothing of the decision happened: no restart follows a
+			// namespace write that did not land. Say so, and ask again
+			// later rather than at the queue's back-off pace.
+			c.recordEvents(ns, []canary.Event{{Type: canary.EventWarning, Reason: "NamespaceWriteRefused",
+				Message: fmt.Sprintf("the apiserver refused meshwave's write to namespace %s, so nothing was changed; asking again in %s: %s", ns.Name, refusedRetry, answer(err))}})
+			return refusedWrite{err}
+		}
 		return err
 	}
 	spanCtx := ctx
@@ -235,7 +244,8 @@ func refusal(err error) bool {
 // answer is the apiserver's answer as a person reads it: its message and
 // the HTTP status.
 func answer(err error) string {
-	if s, ok := err.(apierrors.APIStatus); ok {
+	var s apierrors.APIStatus
+	if errors.As(err, &s) {
 		st := s.Status()
 		return fmt.Sprintf("%s (%d %s)", st.Message, st.Code, st.Reason)
 	}
@@ -255,3 +265,13 @@ func (c *Controller) recordEvents(ns *corev1.Namespace, events []canary.Event) {
 		c.recorder.Event(obj, string(e.Type), e.Reason, e.Message)
 	}
 }
+
+// refusedRetry is how long a namespace whose write the apiserver refused
+// waits before it is decided again (sooner when it changes).
+const refusedRetry = time.Minute
+
+// refusedWrite is a namespace write the apiserver refused for good.
+type refusedWrite struct{ err error }
+
+func (r refusedWrite) Error() string { return r.err.Error() }
+func (r refusedWrite) Unwrap() error { return r.err }

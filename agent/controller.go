@@ -283,6 +283,12 @@ func (c *Controller) handleErr(ctx context.Context, key string, err error) {
 		c.queue.Forget(key)
 		return
 	}
+	if errors.As(err, new(refusedWrite)) {
+		klog.FromContext(ctx).Error(err, "The apiserver refused the namespace write; asking again later", "namespace", key, "after", refusedRetry)
+		c.queue.Forget(key)
+		c.queue.AddAfter(key, refusedRetry)
+		return
+	}
 	klog.FromContext(ctx).Error(err, "Reconcile failed; retrying", "namespace", key, "retries", c.queue.NumRequeues(key))
 	c.queue.AddRateLimited(key)
 }

@@ -220,9 +220,24 @@ func (c *Caches) peers(self string) ([]canary.Peer, error) {
 		if ns.Name == self {
 			continue
 		}
-		if p, ok := canary.PeerOf(ns.Name, ns.Annotations); ok {
+		movedOnRecord := func() bool { return c.movedOnRecord(ns.Name) }
+		if p, ok := canary.PeerOf(ns.Name, ns.Annotations, movedOnRecord); ok {
 			out = append(out, p)
 		}
 	}
 	return out, nil
+}
+
+// movedOnRecord reports whether any Deployment of ns carries a move record.
+func (c *Caches) movedOnRecord(ns string) bool {
+	deps, err := c.Deployments.Deployments(ns).List(labels.Everything())
+	if err != nil {
+		return true // unknown: the careful answer
+	}
+	for _, d := range deps {
+		if _, ok := canary.ReadMoveRecord(d.Annotations); ok {
+			return true
+		}
+	}
+	return false
 }

@@ -64,13 +64,14 @@ func migrationsOnRecord(ws []Workload, targetRevision string) []migrationOnRecor
 //     none (a migration only ever starts fresh when there are none: it
 //     adopts them instead; once it has moves of its own, the older
 //     records are history);
-//   - a wave beyond the status's (a status that regressed would let that
-//     wave's members skip judgment);
 //   - a rollback the status does not know of (a status older than the
 //     rollback would send its members forward again).
 //
 // A rollback written before the status's retriedAt is history: the
-// workloads it returned are planned again by the retry.
+// workloads it returned are planned again by the retry. Forward moves of
+// the status's migration in a wave beyond the status's do not contradict
+// it: the plan judges them next (PlanNamespace), so a status that
+// regressed never lets them skip judgment.
 func recordConflict(ws []Workload, st *Status) (migrationOnRecord, string) {
 	if st == nil || st.MigrationID() == "" || st.Phase == PhaseStopped {
 		return migrationOnRecord{}, ""
@@ -80,9 +81,9 @@ func recordConflict(ws []Workload, st *Status) (migrationOnRecord, string) {
 	for _, m := range ms {
 		switch {
 		case m.ID == st.MigrationID():
-			m = m.since(st.RetriedAt)
-			if m.LastWave > st.Wave {
-				return m, fmt.Sprintf("the move records show wave %d of migration %s, the status only wave %d", m.LastWave, m.ID, st.Wave)
+			m = m.current(st.RetriedAt)
+			if terminal(st.Phase) && st.CompletedAt != nil && m.newest().After(*st.CompletedAt) {
+				return m, fmt.Sprintf("the move records show moves of migration %s after it ended %s", m.ID, st.Phase)
 			}
 			if len(m.Back) > 0 && !st.knowsRollback() {
 				return m, fmt.Sprintf("the move records show a rollback of %s in migration %s, which the status (%s) does not know", strings.Join(slices.Sorted(maps.Keys(m.Back)), ", "), m.ID, st.Phase)
@@ -96,16 +97,22 @@ func recordConflict(ws []Workload, st *Status) (migrationOnRecord, string) {
 	return migrationOnRecord{}, ""
 }
 
-// since drops the rollbacks on record from before a retry: the retry
-// plans their workloads again. LastWave is that of what is left.
-func (m migrationOnRecord) since(retriedAt *time.Time) migrationOnRecord {
-	if retriedAt == nil {
-		return m
+// current drops the rollbacks on record that a retry made history: those
+// from before retriedAt (when a person set the target again after the
+// migration ended), and those older than a forward move of the same
+// migration, which only a retry can have made after them. LastWave is that
+// of what is left.
+func (m migrationOnRecord) current(retriedAt *time.Time) migrationOnRecord {
+	var newestForward time.Time
+	for _, r := range m.Forward {
+		if r.At.After(newestForward) {
+			newestForward = r.At
+		}
 	}
 	out := m
 	out.Back, out.LastWave = map[string]MoveRecord{}, 0
 	for name, r := range m.Back {
-		if r.At.After(*retriedAt) {
+		if (retriedAt == nil || r.At.After(*retriedAt)) && !r.At.Before(newestForward) {
 			out.Back[name] = r
 			out.LastWave = max(out.LastWave, r.Wave)
 		}
@@ -114,6 +121,19 @@ func (m migrationOnRecord) since(retriedAt *time.Time) migrationOnRecord {
 		out.LastWave = max(out.LastWave, r.Wave)
 	}
 	return out
+}
+
+// newest is the time of the latest record of m.
+func (m migrationOnRecord) newest() time.Time {
+	var t time.Time
+	for _, rs := range []map[string]MoveRecord{m.Forward, m.Back} {
+		for _, r := range rs {
+			if r.At.After(t) {
+				t = r.At
+			}
+		}
+	}
+	return t
 }
 
 // adoptRecords rebuilds the status of a migration from its move records:
@@ -130,7 +150,7 @@ func (d *decider) adoptRecords(m migrationOnRecord, typ EventType, reason, why s
 	if len(m.Back) > 0 {
 		st.Phase, st.WaveState, st.Rollback = PhaseRollingBack, WaveRollingBack, RollbackWave
 		for _, r := range m.Back {
-			if r.Wave != m.LastWave {
+			if r.Wave != m.LastWave || r.Scope == RollbackAll {
 				st.Rollback = RollbackAll
 			}
 		}
@@ -149,7 +169,7 @@ func (d *decider) adoptLastWave(st *Status, m migrationOnRecord) {
 	var started time.Time
 	for _, name := range slices.Sorted(maps.Keys(m.Forward)) {
 		r := m.Forward[name]
-		if r.Wave != st.Wave {
+		if r.Wave != st.Wave || r.Outcome != "" {
 			continue
 		}
 		if len(st.Workloads) == maxMembers {
@@ -209,7 +229,13 @@ func (d *decider) continueOnRecord() bool {
 			continue
 		}
 		prev := *d.st
-		retried := len(m.Back) > 0
+		if cur := m.current(prev.RetriedAt); len(cur.Back) > 0 {
+			// A rollback on record that no retry made history: the
+			// status is older than it (nobody set the target again after
+			// it ended). The rollback goes on.
+			d.adoptRecords(cur, EventWarning, "StatusAdopted", fmt.Sprintf("the status (%s) does not know the rollback on record of migration %s", prev.Phase, m.ID))
+			return true
+		}
 		m.Back = nil
 		lastForward := 0
 		for _, r := range m.Forward {
@@ -217,12 +243,7 @@ func (d *decider) continueOnRecord() bool {
 		}
 		m.LastWave = lastForward
 		d.adoptRecords(m, EventNormal, "MigrationResumed", fmt.Sprintf("the Deployments carry moves of migration %s to %s", m.ID, d.st.TargetRevision))
-		d.st.Warnings, d.st.PausedSeconds = prev.Warnings, prev.PausedSeconds
-		if retried {
-			// The rollbacks on record are history from now on: their
-			// workloads are planned again.
-			d.st.RetriedAt = timePtr(d.now)
-		}
+		d.st.Warnings, d.st.PausedSeconds, d.st.RetriedAt = prev.Warnings, prev.PausedSeconds, prev.RetriedAt
 		return true
 	}
 	return false

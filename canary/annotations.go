@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 )
@@ -74,7 +75,7 @@ func (e InputError) Object() string {
 }
 
 func (e InputError) Error() string {
-	return fmt.Sprintf("%s on %s: %q is not %s", e.Key, e.Object(), e.Value, e.Expected)
+	return fmt.Sprintf("%s on %s: %s is not %s", e.Key, e.Object(), quoteShort(e.Value), e.Expected)
 }
 
 // NamespaceSettings are the validated annotations of an opted-in namespace.
@@ -204,4 +205,20 @@ func ParseWorkload(namespace, name string, annotations map[string]string) (Workl
 		}
 	}
 	return s, errs
+}
+
+// maxQuoted bounds how much of a bad value a message repeats: enough to
+// recognise it, never enough to crowd the status or an Event.
+const maxQuoted = 64
+
+// quoteShort quotes v, cut to maxQuoted bytes with its full length noted.
+func quoteShort(v string) string {
+	if len(v) <= maxQuoted {
+		return fmt.Sprintf("%q", v)
+	}
+	cut := maxQuoted
+	for cut > 0 && !utf8.RuneStart(v[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%q… (%d bytes)", v[:cut], len(v))
 }

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Config holds the settings the decisions depend on.
@@ -268,6 +269,11 @@ func (d *decider) freshStart() time.Time {
 // send them to a revision they ran, not to the abandoned target.
 func (d *decider) freshStatus(prev *Status, target string) *Status {
 	st := &Status{Phase: PhasePending, Target: target}
+	if prev != nil && terminal(prev.Phase) && prev.Target == target {
+		// The target was set again after the migration ended: a retry.
+		// Rollbacks on record from before now are history.
+		st.RetriedAt = timePtr(d.now)
+	}
 	if prev != nil && prev.Wave > 0 && !terminal(prev.Phase) && prev.SourceRevision != "" {
 		d.inherited = &[2]string{prev.SourceLabel, prev.SourceRevision}
 	}
@@ -284,14 +290,14 @@ func (d *decider) adoptIfNeeded() bool {
 		if len(ms) == 0 {
 			return false
 		}
-		d.adoptRecords(ms[0], EventWarning, "StatusAdopted", "the status could not be read")
+		d.adoptRecords(ms[0].current(nil), EventWarning, "StatusAdopted", "the status could not be read")
 		return true
 	}
 	if d.in.Status == nil && d.in.StatusErr == nil {
 		// No status at all: lost, or never written. Records of a migration
 		// to this target mean it was under way.
 		if ms := migrationsOnRecord(d.snap.Deployments, d.st.TargetRevision); len(ms) > 0 {
-			d.adoptRecords(ms[0], EventWarning, "StatusAdopted", "the namespace has no status")
+			d.adoptRecords(ms[0].current(nil), EventWarning, "StatusAdopted", "the namespace has no status")
 			return true
 		}
 		return false
@@ -412,7 +418,7 @@ func (d *decider) pending() {
 	}
 	st.Phase, st.Reason = PhaseMigrating, ""
 	st.SourceLabel, st.SourceRevision = source, sourceRev
-	st.StartedAt = timePtr(d.freshStart())
+	st.StartedAt, st.RetriedAt = timePtr(d.freshStart()), nil
 	st.Warnings = d.warnings(plan)
 	d.event("", EventNormal, "MigrationStarted", fmt.Sprintf("moving %d workloads from %s to %s in %d waves", plan.Remaining(), sourceRev, st.TargetRevision, len(plan.Waves)))
 	for _, w := range st.Warnings {
@@ -640,14 +646,19 @@ func (d *decider) ensureMoves() bool {
 			if settings, _ := ParseWorkload(w.Namespace, w.Name, w.Annotations); settings.Skip {
 				m.State, m.Reason = StateSkipped, AnnotationSkip+" was set during wave "+fmt.Sprint(st.Wave)+": left where it is"
 				d.event(w.Name, EventNormal, "Skipped", m.Reason)
+				d.markOutcome(w, OutcomeSkipped)
 			}
 		}
 		kept = append(kept, m)
+		if m.State == StateFailed && d.policy() == PolicyContinue {
+			d.markOutcome(w, OutcomeFailed) // once; again if the last one did not land
+		}
 		if m.State != StateMoving {
 			continue
 		}
-		r, moved := movedIn(w, st.MigrationID())
-		moved = moved && r.Wave == st.Wave
+		// A forward move of this migration, in whatever wave its record
+		// names, is never made twice.
+		_, moved := movedIn(w, st.MigrationID())
 		switch answer, refused := d.in.Refused[w.Name]; {
 		case w.Paused:
 			why := fmt.Sprintf("%s is paused (spec.paused): it does not roll out", w.Name)
@@ -704,6 +715,18 @@ func withoutRestarts(events []Event) []Event {
 		}
 	}
 	return out
+}
+
+// markOutcome writes on w's forward record of this migration that it did
+// not pass its wave (Failed, Skipped), in a patch that restarts nothing,
+// so that what is counted as moved never rests on the status alone.
+func (d *decider) markOutcome(w Workload, outcome string) {
+	r, ok := forwardIn(w, d.st.MigrationID())
+	if !ok || r.Outcome != "" {
+		return
+	}
+	r.Outcome = outcome
+	d.out.Moves = append(d.out.Moves, Move{Workload: w.Name, Record: r, Patch: RecordPatch(w, r), RecordOnly: true})
 }
 
 func (d *decider) addMove(w Workload, rec MoveRecord, message string) {
@@ -901,6 +924,12 @@ func (d *decider) waveFailed(v Verdict) {
 			return
 		}
 		d.event("", EventWarning, "FailureTolerated", fmt.Sprintf("%s; %d of %d workloads failed (%.0f%%), within maxFailedPercent %g: continuing", summary, nFailed, total, pct, d.cfg.MaxFailedPercent))
+		byName := d.workloads()
+		for _, m := range st.Workloads {
+			if w, ok := byName[m.Name]; ok && m.State == StateFailed {
+				d.markOutcome(w, OutcomeFailed)
+			}
+		}
 		if d.countMembers(StateMoving) == 0 {
 			d.wavePassed()
 			return
@@ -923,9 +952,9 @@ func (d *decider) countMembers(state string) int {
 // move, and the wave's members not yet recorded as moved.
 func (d *decider) eligible() int {
 	p := d.plan()
-	n := p.Remaining() + len(p.Moved)
+	n := p.Remaining() + len(p.Moved) + len(p.Failed)
 	moved := map[string]bool{}
-	for _, name := range p.Moved {
+	for _, name := range append(p.Moved, p.Failed...) {
 		moved[name] = true
 	}
 	for _, m := range d.st.Workloads {
@@ -1008,10 +1037,29 @@ func (d *decider) markCompleted() {
 	st.Phase = PhaseCompleted
 	st.WaveState, st.NextWaveAt, st.Analysis = "", nil, nil
 	st.CompletedAt = timePtr(d.now)
-	st.PastFailed += d.countMembers(StateFailed)
+	failed := map[string]bool{}
+	for _, m := range st.Workloads {
+		if m.State == StateFailed {
+			failed[m.Name] = true
+		}
+	}
 	st.Workloads = nil
 	p := d.plan()
-	moved := len(p.Moved) - st.PastFailed
+	for _, name := range p.Failed {
+		failed[name] = true
+	}
+	for _, m := range d.out.Moves {
+		if m.RecordOnly && m.Record.Outcome == OutcomeFailed {
+			failed[m.Workload] = true
+		}
+	}
+	moved := 0
+	for _, name := range p.Moved {
+		if !failed[name] {
+			moved++
+		}
+	}
+	st.PastFailed = len(failed)
 	st.Reason = fmt.Sprintf("moved %d workloads to %s in %d waves", moved, st.TargetRevision, st.Wave)
 	if st.PastFailed > 0 {
 		st.Reason += fmt.Sprintf("; %d failed and stayed where they were", st.PastFailed)
@@ -1085,7 +1133,9 @@ func (d *decider) paused() {
 func (d *decider) resumeClock() {
 	st := d.st
 	if st.PausedAt != nil {
-		st.PausedSeconds += d.now.Sub(*st.PausedAt).Seconds()
+		// A pausedAt after now (an edited status, a clock that moved) adds
+		// nothing rather than a negative time.
+		st.PausedSeconds += max(0, d.now.Sub(*st.PausedAt).Seconds())
 		st.PausedAt = nil
 	}
 }
@@ -1127,7 +1177,9 @@ func RollbackMembers(snap Snapshot, st *Status) []Workload {
 		if settings, _ := ParseWorkload(w.Namespace, w.Name, w.Annotations); settings.Skip || w.Paused {
 			continue
 		}
-		if st.Rollback == RollbackAll || r.Wave == st.Wave {
+		// A wave's rollback also returns moves recorded in later waves:
+		// none of them was judged.
+		if st.Rollback == RollbackAll || r.Wave >= st.Wave {
 			out = append(out, w)
 		}
 	}
@@ -1136,6 +1188,18 @@ func RollbackMembers(snap Snapshot, st *Status) []Workload {
 
 func (d *decider) rollingBack() {
 	st := d.st
+	if req := d.settings.Rollback; req != RollbackNone {
+		// A request made while a rollback runs is taken at once: one for
+		// everything widens a wave's rollback; any other is already done.
+		d.out.ClearRollback = true
+		if req == RollbackAll && st.Rollback == RollbackWave {
+			st.Rollback = RollbackAll
+			st.Reason = "requested with " + AnnotationRollback + "=all during a rollback of wave " + fmt.Sprint(st.Wave) + ": " + st.Reason
+			d.event("", EventWarning, "RollingBack", fmt.Sprintf("rolling back every moved workload to %s: requested with %s=all", st.SourceLabel, AnnotationRollback))
+		} else {
+			d.event("", EventNormal, "RollbackIgnored", fmt.Sprintf("a rollback of %s is already in progress", st.Rollback))
+		}
+	}
 	members := d.rollbackMembers()
 	issued := false
 	st.Workloads = nil
@@ -1144,7 +1208,7 @@ func (d *decider) rollingBack() {
 		if len(st.Workloads) < maxListed {
 			st.Workloads = append(st.Workloads, WorkloadState{Name: w.Name, State: StateRolledBack})
 		}
-		fwd, ok := movedIn(w, st.MigrationID())
+		fwd, ok := forwardIn(w, st.MigrationID())
 		if !ok {
 			continue // already rolled back
 		}
@@ -1153,6 +1217,9 @@ func (d *decider) rollingBack() {
 			continue
 		}
 		rec := MoveRecord{Revision: st.SourceRevision, From: st.TargetRevision, SourceLabel: st.sourceLabelOnRecord(), Wave: fwd.Wave, At: d.now, Rollback: true, Migration: st.MigrationID()}
+		if st.Rollback == RollbackAll {
+			rec.Scope = RollbackAll
+		}
 		d.addMove(w, rec, fmt.Sprintf("rolling back to %s", st.SourceRevision))
 		issued = true
 	}
@@ -1230,9 +1297,15 @@ const maxListed = 20
 
 // ownedLabel is the istio.io/rev value the namespace must carry while
 // meshwave owns it, or "" when it owns no label: before the first wave,
-// while blocked, and once opted out. A label a person removed or changed
+// while blocked before it, and once opted out. A label a person removed or changed
 // is put back.
 func (s *Status) ownedLabel() string {
+	if s.Phase == PhaseBlocked && s.BlockedPhase != "" && s.BlockedPhase != PhaseBlocked {
+		// Blocked half-way: the migration still owns what it owned.
+		held := *s
+		held.Phase = s.BlockedPhase
+		return held.ownedLabel()
+	}
 	switch {
 	case s.Phase == PhaseRollingBack || s.Phase == PhaseRolledBack || (s.Phase == PhasePaused && s.WaveState == WaveRollingBack):
 		return s.SourceLabel
@@ -1248,6 +1321,7 @@ func (s *Status) ownedLabel() string {
 // changed.
 func (d *decider) summarize(prev *Status) {
 	st := d.st
+	st.Reason = cut(st.Reason, maxReason)
 	d.ensureLabel(st.ownedLabel())
 	p := d.plan()
 	c := Counts{Skipped: len(p.Excluded), Pending: p.Remaining()}
@@ -1265,13 +1339,30 @@ func (d *decider) summarize(prev *Status) {
 			}
 		}
 	}
+	// Earlier waves' failures: their records say so, or will once this
+	// decision's record patches land.
+	failed := map[string]bool{}
+	for _, name := range p.Failed {
+		failed[name] = true
+	}
+	for _, m := range d.out.Moves {
+		if m.RecordOnly && m.Record.Outcome == OutcomeFailed {
+			failed[m.Workload] = true
+		}
+	}
 	for _, name := range p.Moved {
-		if !inWave[name] {
+		if !inWave[name] && !failed[name] {
 			c.Moved++
 		}
 	}
-	// Earlier waves' failures still carry their move records.
-	c.Moved -= st.PastFailed
+	if st.Phase != PhaseCompleted {
+		st.PastFailed = 0
+		for name := range failed {
+			if !inWave[name] {
+				st.PastFailed++
+			}
+		}
+	}
 	c.Failed += st.PastFailed
 	if st.Phase == PhaseRollingBack || st.Phase == PhaseRolledBack {
 		for _, w := range d.snap.Deployments {
@@ -1304,7 +1395,28 @@ func (d *decider) summarize(prev *Status) {
 }
 
 func (d *decider) event(deployment string, typ EventType, reason, message string) {
-	d.out.Events = append(d.out.Events, Event{Deployment: deployment, Type: typ, Reason: reason, Message: message})
+	d.out.Events = append(d.out.Events, Event{Deployment: deployment, Type: typ, Reason: reason, Message: cut(message, maxEventMessage)})
+}
+
+// Bounds of the text meshwave writes: an Event's message, and the status
+// reason (annotations share 256 KiB per object).
+const (
+	maxEventMessage = 1024
+	maxReason       = 4096
+)
+
+// cut shortens s to at most n bytes, on a rune boundary, saying how long it
+// was.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	note := fmt.Sprintf("… (%d bytes)", len(s))
+	end := n - len(note)
+	for end > 0 && !utf8.RuneStart(s[end]) {
+		end--
+	}
+	return s[:end] + note
 }
 
 func (d *decider) requeue(after time.Duration) {

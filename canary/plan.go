@@ -2,6 +2,8 @@ package canary
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"time"
 )
@@ -27,6 +29,9 @@ type NamespacePlan struct {
 	TargetRevision string
 	// Moved are the workloads already moved to the target in this migration.
 	Moved []string
+	// Failed are the workloads this migration moved that failed their wave
+	// and stay where they are (the Continue policy).
+	Failed []string
 	// Waves are the waves still to run, in order. The first is the canary
 	// when no wave has run yet.
 	Waves [][]Planned
@@ -85,6 +90,10 @@ func PlanNamespace(ns string, deployments []Workload, targetRevision, migration 
 	sizes = sizes.withDefaults()
 	plan := NamespacePlan{Namespace: ns, TargetRevision: targetRevision}
 	var todo []Planned
+	// Moves of this migration recorded in a wave after wavesRun were made
+	// but never judged (the status is older than they are): they are
+	// judged next, wave by wave, before anything else moves.
+	recorded := map[int][]Planned{}
 	for _, w := range sortedWorkloads(deployments) {
 		settings, _ := ParseWorkload(w.Namespace, w.Name, w.Annotations)
 		if reason := gatewayReason(w); reason != "" {
@@ -95,7 +104,16 @@ func PlanNamespace(ns string, deployments []Workload, targetRevision, migration 
 			plan.Excluded = append(plan.Excluded, Exclusion{w.Name, AnnotationSkip + " is true"})
 			continue
 		}
-		if _, ok := movedIn(w, migration); ok {
+		if r, ok := forwardIn(w, migration); ok && r.Outcome == OutcomeFailed {
+			// Failed its wave, tolerated: it stays where it is.
+			plan.Failed = append(plan.Failed, w.Name)
+			continue
+		}
+		if r, ok := movedIn(w, migration); ok {
+			if r.Wave > wavesRun {
+				recorded[r.Wave] = append(recorded[r.Wave], Planned{Name: w.Name, Group: settings.Wave})
+				continue
+			}
 			plan.Moved = append(plan.Moved, w.Name)
 			continue
 		}
@@ -128,9 +146,17 @@ func PlanNamespace(ns string, deployments []Workload, targetRevision, migration 
 		}
 		return todo[i].Name < todo[j].Name
 	})
+	for _, wave := range slices.Sorted(maps.Keys(recorded)) {
+		for ws := recorded[wave]; len(ws) > 0; {
+			n := min(len(ws), MaxWaveSize)
+			plan.Waves = append(plan.Waves, ws[:n])
+			ws = ws[n:]
+		}
+	}
 	for len(todo) > 0 {
 		size := sizes.BatchSize
 		if wavesRun == 0 && len(plan.Waves) == 0 {
+			// The canary: the first wave, never one of recorded moves.
 			size = sizes.CanarySize
 		}
 		n := 0

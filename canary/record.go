@@ -27,13 +27,28 @@ type MoveRecord struct {
 	Wave int `json:"wave"`
 	// At is when the restart was requested.
 	At time.Time `json:"at"`
-	// Rollback marks a move back to the source revision.
-	Rollback bool `json:"rollback,omitempty"`
+	// Rollback marks a move back to the source revision; Scope is the
+	// rollback's scope, "all" for a rollback of everything (a record
+	// without one is of a wave rollback).
+	Rollback bool          `json:"rollback,omitempty"`
+	Scope    RollbackScope `json:"scope,omitempty"`
+	// Outcome is set on a forward move that did not pass its wave: Failed
+	// (tolerated by the Continue policy; it stays where it is) or Skipped
+	// (meshwave.io/skip was set during its wave). Such a move does not
+	// count as moved: a skipped workload is planned again once its skip is
+	// removed.
+	Outcome string `json:"outcome,omitempty"`
 	// Migration identifies the migration that made the move: its target and
 	// start time. A record of an earlier migration never counts as a move of
 	// this one.
 	Migration string `json:"migration"`
 }
+
+// Outcomes of a forward move that did not pass its wave.
+const (
+	OutcomeFailed  = "Failed"
+	OutcomeSkipped = "Skipped"
+)
 
 // MigrationID names a migration by its target and start.
 func MigrationID(targetRevision string, startedAt time.Time) string {
@@ -81,6 +96,12 @@ func (r MoveRecord) valid() bool {
 			return false
 		}
 	}
+	switch {
+	case r.Scope != RollbackNone && (!r.Rollback || (r.Scope != RollbackWave && r.Scope != RollbackAll)):
+		return false
+	case r.Outcome != "" && (r.Rollback || (r.Outcome != OutcomeFailed && r.Outcome != OutcomeSkipped)):
+		return false
+	}
 	// A forward move goes to the migration's target; a rollback comes from it.
 	if r.Rollback {
 		return r.From == rev && r.Revision != ""
@@ -95,8 +116,19 @@ func (r MoveRecord) Encode() string {
 }
 
 // movedIn reports whether w carries a record of a forward move made by the
-// given migration.
+// given migration that counts as moved (no outcome: it was not failed or
+// skipped out of its wave).
 func movedIn(w Workload, migration string) (MoveRecord, bool) {
+	r, ok := forwardIn(w, migration)
+	if !ok || r.Outcome != "" {
+		return MoveRecord{}, false
+	}
+	return r, true
+}
+
+// forwardIn reports whether w's last record is a forward move made by the
+// given migration, whatever its outcome.
+func forwardIn(w Workload, migration string) (MoveRecord, bool) {
 	r, ok := ReadMoveRecord(w.Annotations)
 	if !ok || migration == "" || r.Rollback || r.Migration != migration {
 		return MoveRecord{}, false

@@ -114,11 +114,13 @@ type Peer struct {
 }
 
 // PeerOf reads another namespace's place in the queue from its
-// annotations; ok is false when it has not opted in. A namespace with no
-// status, or one about another target, waits as Pending. One whose status
-// cannot be read may be half-way through a migration: it holds its slot
-// until its own reconcile has rebuilt the status.
-func PeerOf(name string, annotations map[string]string) (Peer, bool) {
+// annotations; ok is false when it has not opted in. A namespace with a
+// status about another target waits as Pending, and so does one with no
+// status and no move records (movedOnRecord: any of its Deployments
+// carries one). One whose status cannot be read, or is gone while its
+// Deployments carry move records, may be half-way through a migration: it
+// holds its slot until its own reconcile has rebuilt the status.
+func PeerOf(name string, annotations map[string]string, movedOnRecord func() bool) (Peer, bool) {
 	if _, ok := annotations[AnnotationTargetRevision]; !ok {
 		return Peer{}, false
 	}
@@ -127,6 +129,8 @@ func PeerOf(name string, annotations map[string]string) (Peer, bool) {
 	st, ok, err := ParseStatus(annotations)
 	switch {
 	case err != nil:
+		p.HoldsSlot = true
+	case !ok && movedOnRecord != nil && movedOnRecord():
 		p.HoldsSlot = true
 	case ok && st.Target == settings.Target:
 		p.Phase, p.HoldsSlot = st.Phase, st.HoldsSlot()

@@ -63,10 +63,11 @@ func (s *Status) HoldsSlot() bool {
 
 // MayTakeSlot reports whether deciding on a namespace whose status is s
 // might start a migration, and so take a concurrency slot: the agent
-// serialises those decisions. A migration under way or finished never
-// takes one (a rollback asked of a finished one never waits for one).
+// serialises those decisions. Any namespace that holds no slot might (a
+// finished one whose target was removed and set again, one whose target
+// changed), so only a migration under way does not.
 func MayTakeSlot(s *Status) bool {
-	return !s.HoldsSlot() && (s == nil || !terminal(s.Phase))
+	return !s.HoldsSlot()
 }
 
 // TakesSlot reports whether writing next over prev starts a migration.
@@ -347,7 +348,7 @@ func (s *Status) Validate() error {
 	if s.Wave > 0 && s.SourceRevision == "" {
 		bad("sourceRevision", `""`, "set once a wave has started")
 	}
-	if s.RetriedAt != nil && (s.StartedAt == nil || s.RetriedAt.Before(*s.StartedAt)) {
+	if s.RetriedAt != nil && s.StartedAt != nil && s.RetriedAt.Before(*s.StartedAt) {
 		bad("retriedAt", s.RetriedAt.UTC().Format(time.RFC3339), "a time after startedAt")
 	}
 	if (s.WaveState == WaveVerifying || s.WaveState == WaveRollingBack) && s.GatesSince == nil {
@@ -426,7 +427,7 @@ func (s *Status) knowsRollback() bool {
 func (s *Status) PausedFor(now time.Time) time.Duration {
 	d := time.Duration(s.PausedSeconds * float64(time.Second))
 	if s.Phase == PhasePaused && s.PausedAt != nil {
-		d += now.Sub(*s.PausedAt)
+		d += max(0, now.Sub(*s.PausedAt))
 	}
 	return d
 }

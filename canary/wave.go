@@ -71,7 +71,7 @@ func WaveToVerify(snap Snapshot, st *Status, cfg Config) (WaveUnderTest, bool) {
 			if !ok {
 				return WaveUnderTest{}, false
 			}
-			if r, ok := movedIn(w, st.MigrationID()); !ok || r.Wave != st.Wave {
+			if _, ok := movedIn(w, st.MigrationID()); !ok {
 				return WaveUnderTest{}, false
 			}
 			members = append(members, w)
