@@ -73,6 +73,8 @@ type Controller struct {
 	starting map[string]time.Time
 	expect   *expectations
 	refusals refusals
+	// progress holds what the wave under test learnt that is not written.
+	progress progressMemory
 	optedIn  optedInAtLastDecision
 	metrics  *Metrics
 	tracer   *Tracer
@@ -113,6 +115,7 @@ func New(opts Options) (*Controller, error) {
 	}
 	if opts.Registerer != nil {
 		c.metrics = NewMetrics(opts.Registerer, c.caches, c.clock)
+		c.metrics.state.progress = &c.progress
 	}
 	c.tracer = NewTracer(opts.TracerProvider)
 	if c.recorder == nil {
@@ -298,6 +301,7 @@ func (c *Controller) handleErr(ctx context.Context, key string, err error) {
 func (c *Controller) sync(ctx context.Context, key string) error {
 	ns, err := c.caches.Namespaces.Get(key)
 	if apierrors.IsNotFound(err) {
+		c.progress.drop(key)
 		return nil
 	}
 	if err != nil {
@@ -305,7 +309,12 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	}
 	// An unreadable status is not ours to guess at: the decision rebuilds
 	// it from the move records, and says so with an Event.
-	status, _, statusErr := canary.ParseStatus(ns.Annotations)
+	written, _, statusErr := canary.ParseStatus(ns.Annotations)
+	base := ns.Annotations[canary.AnnotationStatus]
+	status := written
+	if working := c.progress.get(key, base); working != nil && written != nil {
+		status = working
+	}
 	if !concerns(ns) {
 		return nil
 	}
@@ -332,10 +341,20 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	_, optedIn := ns.Annotations[canary.AnnotationTargetRevision]
 	d := canary.Decide(canary.Input{Snapshot: snap, Status: status, StatusErr: statusErr, Verdicts: verdicts,
 		WasOptedIn: c.optedIn.get(key), Refused: c.refusals.take(key), Now: now, Config: c.decisions})
+	next := d.Status
+	if next != nil && d.Label == "" && len(d.Moves) == 0 && !d.SetPaused && !d.ClearRollback && canary.OnlyProgress(written, next) {
+		// Progress is kept here, not written: a wave costs the namespace
+		// a write when it starts and one when it ends.
+		c.progress.set(key, base, next)
+		d.Status = nil
+	} else if next != nil {
+		c.progress.drop(key)
+	}
 	if err := c.act(ctx, ns, status, d); err != nil {
 		return err
 	}
 	c.optedIn.set(key, optedIn)
+	d.Status = next
 	c.metrics.observe(key, status, d, verdicts, now)
 	if d.Status != nil {
 		c.tracer.Transitions(ctx, key, status, d.Status, now)

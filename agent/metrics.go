@@ -19,6 +19,7 @@ import (
 // read from the informer cache at scrape time, so it is the same on every
 // replica, leader or not; the counters count what this replica did.
 type Metrics struct {
+	state             *stateCollector
 	reconcileDuration prometheus.Histogram
 	reconcileErrors   prometheus.Counter
 	verdicts          *prometheus.CounterVec
@@ -56,8 +57,8 @@ func NewMetrics(reg prometheus.Registerer, caches *Caches, clk clock.PassiveCloc
 			Name: "meshwave_leader", Help: "1 while this replica holds the leader lease and runs the workers.",
 		}),
 	}
-	reg.MustRegister(m.reconcileDuration, m.reconcileErrors, m.verdicts, m.restarts, m.rollbacks, m.waveDuration, m.leader,
-		&stateCollector{caches: caches, clock: clk})
+	m.state = &stateCollector{caches: caches, clock: clk}
+	reg.MustRegister(m.reconcileDuration, m.reconcileErrors, m.verdicts, m.restarts, m.rollbacks, m.waveDuration, m.leader, m.state)
 	return m
 }
 
@@ -134,6 +135,8 @@ var (
 type stateCollector struct {
 	caches *Caches
 	clock  clock.PassiveClock
+	// progress, when set, is the controller's unwritten wave progress.
+	progress *progressMemory
 }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -163,6 +166,11 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		st, ok, err := canary.ParseStatus(ns.Annotations)
 		if !ok || err != nil {
 			continue
+		}
+		if c.progress != nil {
+			if working := c.progress.get(ns.Name, ns.Annotations[canary.AnnotationStatus]); working != nil {
+				st = working // the wave's progress, which is not written
+			}
 		}
 		for _, m := range namespaceMetrics(ns.Name, st, now) {
 			ch <- m

@@ -440,3 +440,29 @@ func (s *Status) addFailure(f Failure) {
 }
 
 func timePtr(t time.Time) *time.Time { return &t }
+
+// OnlyProgress reports whether next differs from prev only in the progress
+// of the wave under test: the gates' state (analysis), the verdicts so
+// far, and Migrating turning Analyzing. Such a change need not be written:
+// an agent that loses it (a restart, a new leader) checks the wave again
+// with fresh timers, which only ever takes longer. What a person or a
+// rollback needs (a wave started, passed or failed, a pause, a reason)
+// is never progress.
+func OnlyProgress(prev, next *Status) bool {
+	if prev == nil || next == nil || prev.WaveState != WaveVerifying || next.WaveState != WaveVerifying {
+		return false
+	}
+	strip := func(s *Status) *Status {
+		c := s.DeepCopy()
+		c.Analysis, c.Verdicts = nil, nil
+		if c.Phase == PhaseAnalyzing {
+			c.Phase = PhaseMigrating
+		}
+		return c
+	}
+	p, n := strip(prev), strip(next)
+	if p.Phase != PhaseMigrating || n.Phase != PhaseMigrating {
+		return false
+	}
+	return p.Equal(n)
+}

@@ -3,6 +3,7 @@ package canary
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -57,6 +58,43 @@ func TestAStatusThatMeshwaveCouldNotHaveWrittenIsRefused(t *testing.T) {
 			assert.Nil(t, st)
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tt.err)
+		})
+	}
+}
+
+func TestOnlyProgressIsTheGatesStateOfTheWaveUnderTest(t *testing.T) {
+	s := newSim(t, deploy("a"), deploy("b"))
+	s.decide(nil)
+	base := s.status
+	require.Equal(t, WaveVerifying, base.WaveState)
+	progressed := func(edit func(*Status)) *Status {
+		n := base.DeepCopy()
+		edit(n)
+		return n
+	}
+	ready := timePtr(t0.Add(time.Minute))
+	for _, tt := range []struct {
+		name string
+		next *Status
+		want bool
+	}{
+		{"the wave came up and its checks run", progressed(func(n *Status) {
+			n.Phase, n.Analysis = PhaseAnalyzing, &AnalysisState{ReadyAt: ready, ConsecutivePasses: 1}
+			n.Verdicts = []Verdict{{Gate: "rollout", Result: ResultPass}}
+		}), true},
+		{"an inconclusive check counted", progressed(func(n *Status) { n.Analysis = &AnalysisState{Inconclusive: 2} }), true},
+		{"the wave passed", progressed(func(n *Status) { n.WaveState = WavePassed }), false},
+		{"a member failed", progressed(func(n *Status) { n.Workloads[0].State = StateFailed }), false},
+		{"paused", progressed(func(n *Status) { n.Phase = PhasePaused }), false},
+		{"a reason", progressed(func(n *Status) { n.Reason = "wave 1 held" }), false},
+		{"nothing before", nil, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			prev := base
+			if tt.next == nil {
+				prev, tt.next = nil, base
+			}
+			assert.Equal(t, tt.want, OnlyProgress(prev, tt.next))
 		})
 	}
 }

@@ -133,5 +133,11 @@ shop      ingress   gateway (operator.istio.io/component=IngressGateways)
 		require.NoError(t, err)
 		assert.Equal(t, "1-26", n.Labels[mesh.LabelRev])
 	}
+	// A wave costs its namespace a write when it starts and one when it
+	// ends; the gates' progress in between is not written.
+	t.Logf("namespace writes: shop %d for 4 waves, media %d for 2", counter.get("PATCH namespaces shop"), counter.get("PATCH namespaces media"))
+	assert.Equal(t, 2*4, counter.get("PATCH namespaces shop"))
+	// media also says, while it waits, whose turn it is, then whose slot.
+	assert.LessOrEqual(t, counter.get("PATCH namespaces media"), 2*2+2)
 	assert.Len(t, counter.writes("PATCH deployments"), 7)
 }
