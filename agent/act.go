@@ -128,6 +128,9 @@ func (c *Controller) writeNamespace(ctx context.Context, ns *corev1.Namespace, p
 		return err
 	})
 	if err != nil {
+		if d.Status != nil && canary.TakesSlot(prev, d.Status) {
+			c.unmarkStarting(ns.Name) // nothing started
+		}
 		return fmt.Errorf("write namespace %s: %w", ns.Name, err)
 	}
 	if fenceOnly {

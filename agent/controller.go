@@ -454,3 +454,10 @@ func (c *Controller) markStarting(ns string) {
 	defer c.startMu.Unlock()
 	c.starting[ns] = c.clock.Now()
 }
+
+// unmarkStarting forgets a start whose write did not land.
+func (c *Controller) unmarkStarting(ns string) {
+	c.startMu.Lock()
+	defer c.startMu.Unlock()
+	delete(c.starting, ns)
+}

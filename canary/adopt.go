@@ -82,8 +82,12 @@ func recordConflict(ws []Workload, st *Status) (migrationOnRecord, string) {
 		switch {
 		case m.ID == st.MigrationID():
 			m = m.current(st.RetriedAt)
-			if terminal(st.Phase) && st.CompletedAt != nil && m.newest().After(*st.CompletedAt) {
-				return m, fmt.Sprintf("the move records show moves of migration %s after it ended %s", m.ID, st.Phase)
+			if st.Phase == PhaseRolledBack {
+				for _, w := range RollbackMembers(Snapshot{Deployments: ws}, st) {
+					if _, fwd := forwardIn(w, st.MigrationID()); fwd {
+						return m, fmt.Sprintf("the move records show %s moved forward by migration %s, which the status says was rolled back", w.Name, m.ID)
+					}
+				}
 			}
 			if len(m.Back) > 0 && !st.knowsRollback() {
 				return m, fmt.Sprintf("the move records show a rollback of %s in migration %s, which the status (%s) does not know", strings.Join(slices.Sorted(maps.Keys(m.Back)), ", "), m.ID, st.Phase)
@@ -123,19 +127,6 @@ func (m migrationOnRecord) current(retriedAt *time.Time) migrationOnRecord {
 	return out
 }
 
-// newest is the time of the latest record of m.
-func (m migrationOnRecord) newest() time.Time {
-	var t time.Time
-	for _, rs := range []map[string]MoveRecord{m.Forward, m.Back} {
-		for _, r := range rs {
-			if r.At.After(t) {
-				t = r.At
-			}
-		}
-	}
-	return t
-}
-
 // adoptRecords rebuilds the status of a migration from its move records:
 // a rollback in progress when any workload's last record is a rollback
 // (of the last wave only, or of everything), else the last wave, judged
@@ -149,10 +140,18 @@ func (d *decider) adoptRecords(m migrationOnRecord, typ EventType, reason, why s
 	st.SourceLabel, st.SourceRevision = d.sourceOnRecord(m)
 	if len(m.Back) > 0 {
 		st.Phase, st.WaveState, st.Rollback = PhaseRollingBack, WaveRollingBack, RollbackWave
+		// The scope is what the records say (a record without one is of a
+		// wave rollback); a wave rollback returns its wave and any moves
+		// recorded after it, so it starts at the lowest wave on record.
+		low := m.LastWave
 		for _, r := range m.Back {
-			if r.Wave != m.LastWave || r.Scope == RollbackAll {
+			if r.Scope == RollbackAll {
 				st.Rollback = RollbackAll
 			}
+			low = min(low, r.Wave)
+		}
+		if st.Rollback == RollbackWave {
+			st.Wave = low
 		}
 	} else {
 		st.Phase, st.WaveState = PhaseMigrating, WaveVerifying

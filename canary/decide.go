@@ -352,7 +352,7 @@ func (d *decider) blockInvalid(prev *Status, errs []InputError) {
 	for _, e := range errs {
 		msgs = append(msgs, e.Error())
 	}
-	st.Reason = "invalid input: " + strings.Join(msgs, "; ")
+	st.Reason = cut("invalid input: "+strings.Join(msgs, "; "), maxReason)
 	if prev != nil && prev.Phase == PhaseBlocked && prev.Reason == st.Reason {
 		return
 	}
@@ -668,7 +668,7 @@ func (d *decider) ensureMoves() bool {
 			failed, reasons = append(failed, WorkloadState{Name: w.Name, State: StateFailed, Reason: why}), append(reasons, why)
 		case !moved && d.noControlPlane() != "":
 			held = true
-		case !moved && !hasRecord(w) && restartedSince(w, st.WaveStartedAt):
+		case !moved && restartedSince(w, st.WaveStartedAt) && !recordSince(w, st.WaveStartedAt):
 			// Its record is gone, but its template shows a restart after
 			// the wave started, onto the label the wave set: the record is
 			// written back; the workload is not restarted again.
@@ -676,7 +676,7 @@ func (d *decider) ensureMoves() bool {
 			at, _ := time.Parse(time.RFC3339, stamp)
 			rec := MoveRecord{Revision: st.TargetRevision, From: st.SourceRevision, SourceLabel: st.sourceLabelOnRecord(), Wave: st.Wave, At: at, Migration: st.MigrationID()}
 			d.out.Moves = append(d.out.Moves, Move{Workload: w.Name, Record: rec, Patch: RecordPatch(w, rec), RecordOnly: true})
-			d.event(w.Name, EventWarning, "MoveRecordRestored", fmt.Sprintf("%s had no %s record of wave %d, but its template was restarted at %s, after the wave started: the record is written back, and %s is not restarted again", w.Name, AnnotationMove, st.Wave, stamp, w.Name))
+			d.event(w.Name, EventWarning, "MoveRecordRestored", fmt.Sprintf("%s had no readable %s record of wave %d, but its template was restarted at %s, after the wave started: the record is written back, and %s is not restarted again", w.Name, AnnotationMove, st.Wave, stamp, w.Name))
 			issued = true
 		case !moved:
 			rec := MoveRecord{Revision: st.TargetRevision, From: st.SourceRevision, SourceLabel: st.sourceLabelOnRecord(), Wave: st.Wave, At: d.now, Migration: st.MigrationID()}
@@ -717,6 +717,34 @@ func withoutRestarts(events []Event) []Event {
 	return out
 }
 
+// outcomesPending sends the outcome of every member that failed (under
+// Continue) or was skipped out of the wave whose record does not carry it
+// yet, and reports whether there was any.
+func (d *decider) outcomesPending() bool {
+	byName := d.workloads()
+	pending := false
+	for _, m := range d.st.Workloads {
+		w, ok := byName[m.Name]
+		if !ok {
+			continue
+		}
+		outcome := ""
+		switch {
+		case m.State == StateFailed && d.policy() == PolicyContinue:
+			outcome = OutcomeFailed
+		case m.State == StateSkipped:
+			outcome = OutcomeSkipped
+		default:
+			continue
+		}
+		if r, ok := forwardIn(w, d.st.MigrationID()); ok && r.Outcome == "" {
+			d.markOutcome(w, outcome)
+			pending = true
+		}
+	}
+	return pending
+}
+
 // markOutcome writes on w's forward record of this migration that it did
 // not pass its wave (Failed, Skipped), in a patch that restarts nothing,
 // so that what is counted as moved never rests on the status alone.
@@ -724,6 +752,11 @@ func (d *decider) markOutcome(w Workload, outcome string) {
 	r, ok := forwardIn(w, d.st.MigrationID())
 	if !ok || r.Outcome != "" {
 		return
+	}
+	for _, m := range d.out.Moves {
+		if m.Workload == w.Name {
+			return
+		}
 	}
 	r.Outcome = outcome
 	d.out.Moves = append(d.out.Moves, Move{Workload: w.Name, Record: r, Patch: RecordPatch(w, r), RecordOnly: true})
@@ -966,6 +999,13 @@ func (d *decider) eligible() int {
 }
 
 func (d *decider) wavePassed() {
+	if d.outcomesPending() {
+		// A member that failed (and was tolerated) or was skipped out of
+		// the wave must say so on its record before the wave is left
+		// behind: afterwards only the record remembers it.
+		d.requeue(soon)
+		return
+	}
 	st := d.st
 	var moved []string
 	for i, m := range st.Workloads {
@@ -1095,7 +1135,11 @@ func (d *decider) paused() {
 	st := d.st
 	if d.settings.Rollback != RollbackNone && st.Wave > 0 {
 		d.resumeClock()
-		d.startRollback(d.settings.Rollback, "requested with "+AnnotationRollback+"="+string(d.settings.Rollback))
+		scope := d.settings.Rollback
+		if st.WaveState == WaveRollingBack && st.Rollback == RollbackAll {
+			scope = RollbackAll // a rollback is widened, never narrowed
+		}
+		d.startRollback(scope, "requested with "+AnnotationRollback+"="+string(d.settings.Rollback))
 		return
 	}
 	if d.settings.Paused {
@@ -1288,8 +1332,25 @@ func (d *decider) ended() {
 		d.startRollback(d.settings.Rollback, "requested with "+AnnotationRollback+"="+string(d.settings.Rollback)+" after completion")
 		return
 	}
+	if d.st.Phase == PhaseRolledBack && d.st.Rollback != RollbackAll && d.settings.Rollback == RollbackAll && d.anyMoved() {
+		// A wave's rollback left the earlier waves on the target: all
+		// returns them too.
+		d.startRollback(RollbackAll, "requested with "+AnnotationRollback+"=all after a rollback of wave "+fmt.Sprint(d.st.Wave))
+		return
+	}
 	d.out.ClearRollback = true
 	d.event("", EventNormal, "RollbackIgnored", "nothing to roll back: the namespace is "+string(d.st.Phase))
+}
+
+// anyMoved reports whether any workload still carries a forward move of
+// this migration.
+func (d *decider) anyMoved() bool {
+	for _, w := range d.snap.Deployments {
+		if _, ok := forwardIn(w, d.st.MigrationID()); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // maxListed bounds the workload list of a rollback of everything.
@@ -1321,7 +1382,7 @@ func (s *Status) ownedLabel() string {
 // changed.
 func (d *decider) summarize(prev *Status) {
 	st := d.st
-	st.Reason = cut(st.Reason, maxReason)
+	st.boundText()
 	d.ensureLabel(st.ownedLabel())
 	p := d.plan()
 	c := Counts{Skipped: len(p.Excluded), Pending: p.Remaining()}
@@ -1350,8 +1411,17 @@ func (d *decider) summarize(prev *Status) {
 			failed[m.Workload] = true
 		}
 	}
+	returning := map[string]bool{}
+	if st.Phase == PhaseRollingBack || (st.Phase == PhasePaused && st.WaveState == WaveRollingBack) {
+		for _, w := range RollbackMembers(d.snap, st) {
+			if _, fwd := forwardIn(w, st.MigrationID()); fwd {
+				returning[w.Name] = true
+				c.Moving++ // on its way back
+			}
+		}
+	}
 	for _, name := range p.Moved {
-		if !inWave[name] && !failed[name] {
+		if !inWave[name] && !failed[name] && !returning[name] {
 			c.Moved++
 		}
 	}
@@ -1404,6 +1474,40 @@ const (
 	maxEventMessage = 1024
 	maxReason       = 4096
 )
+
+// Bounds of the other free text in the status: a wave of maxMembers
+// members with its failures, verdicts, exclusions and warnings stays well
+// under the 256 KiB an object's annotations share, whatever the apiserver
+// or a check answered.
+const (
+	maxItemReason = 200
+	maxNote       = 512
+)
+
+// boundText cuts every free-text field of the status to its bound.
+func (s *Status) boundText() {
+	s.Reason = cut(s.Reason, maxReason)
+	for i := range s.Workloads {
+		s.Workloads[i].Reason = cut(s.Workloads[i].Reason, maxItemReason)
+	}
+	for i := range s.Failures {
+		s.Failures[i].Reason = cut(s.Failures[i].Reason, maxNote)
+	}
+	for i := range s.Skipped {
+		s.Skipped[i].Reason = cut(s.Skipped[i].Reason, maxItemReason)
+	}
+	for i := range s.Warnings {
+		s.Warnings[i] = cut(s.Warnings[i], maxNote)
+	}
+	for i := range s.Verdicts {
+		v := &s.Verdicts[i]
+		v.Reason = cut(v.Reason, maxNote)
+		v.Failed = append([]WorkloadState(nil), v.Failed...) // the gates' own verdicts stay whole
+		for j := range v.Failed {
+			v.Failed[j].Reason = cut(v.Failed[j].Reason, maxItemReason)
+		}
+	}
+}
 
 // cut shortens s to at most n bytes, on a rune boundary, saying how long it
 // was.

@@ -255,7 +255,9 @@ func TestASkipSetOnAFailedMemberIsHonouredOnResume(t *testing.T) {
 	assert.True(t, d.Moves[0].RecordOnly)
 	assert.Equal(t, OutcomeSkipped, d.Moves[0].Record.Outcome)
 	assert.Equal(t, []WorkloadState{{Name: "a", State: StateSkipped, Reason: "meshwave.io/skip was set during wave 1: left where it is"}}, d.Status.Workloads[:1])
-	assert.Equal(t, WavePassed, d.Status.WaveState, "nothing is left under test in wave 1")
+	d = s.decide(nil)
+	assert.Empty(t, d.Moves)
+	assert.Equal(t, WavePassed, d.Status.WaveState, "nothing is left under test in wave 1, and a's record says why")
 }
 
 func TestAPausedDeploymentIsLeftOutAndPausingOneMidWaveFailsTheWave(t *testing.T) {
@@ -458,7 +460,7 @@ func TestARemovedMoveRecordIsWrittenBackWithoutARestart(t *testing.T) {
 	assert.True(t, d.Moves[0].RecordOnly)
 	assert.JSONEq(t, `{"metadata":{"annotations":{"meshwave.io/move":"{\"revision\":\"1-26\",\"from\":\"1-25\",\"wave\":1,\"at\":\"2026-11-29T12:00:00Z\",\"migration\":\"1-26@2026-11-29T12:00:00Z\"}"},"resourceVersion":"100"}}`, string(d.Moves[0].Patch))
 	assert.Equal(t, []Event{{Deployment: "a", Type: EventWarning, Reason: "MoveRecordRestored",
-		Message: "a had no meshwave.io/move record of wave 1, but its template was restarted at " + stamp + ", after the wave started: the record is written back, and a is not restarted again"}}, d.Events)
+		Message: "a had no readable meshwave.io/move record of wave 1, but its template was restarted at " + stamp + ", after the wave started: the record is written back, and a is not restarted again"}}, d.Events)
 	assert.Equal(t, 1, s.patches["a"])
 	assert.Equal(t, stamp, s.snap.Deployments[0].TemplateAnnotations[AnnotationRestartedAt])
 

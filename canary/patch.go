@@ -109,10 +109,13 @@ func RecordPatch(w Workload, record MoveRecord) []byte {
 	return patch
 }
 
-// hasRecord reports whether w carries a move record, readable or not.
-func hasRecord(w Workload) bool {
-	_, ok := w.Annotations[AnnotationMove]
-	return ok
+// recordSince reports whether w carries a readable record written at or
+// after since (to the second): then its template's restart stamp is that
+// record's, not a restart in the wave that started at since. A record
+// that is gone, unreadable, or older says nothing about the wave.
+func recordSince(w Workload, since *time.Time) bool {
+	r, ok := ReadMoveRecord(w.Annotations)
+	return ok && since != nil && !r.At.Before(since.UTC().Truncate(time.Second))
 }
 
 // restartedSince reports whether w's template carries a restart stamp at

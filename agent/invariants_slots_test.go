@@ -1,0 +1,107 @@
+package agent
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+
+	"github.com/meshwave/meshwave/canary"
+)
+
+// More of the controller's side of the invariants: each test names the
+// invariant and the scenario that broke it before its fix.
+
+// addOptedInNamespace creates another namespace opted in to 1-26 with one
+// injected Deployment, as objects() does for shop.
+func addOptedInNamespace(t *testing.T, c *Controller, name string) {
+	t.Helper()
+	ctx := context.Background()
+	controller := func(kind, owner string) []metav1.OwnerReference {
+		return []metav1.OwnerReference{{Kind: kind, Name: owner, Controller: ptr.To(true), APIVersion: "apps/v1"}}
+	}
+	_, err := c.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: "5",
+		Labels: map[string]string{canary.LabelRev: "1-25"}, Annotations: map[string]string{canary.AnnotationTargetRevision: "1-26"}}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = c.client.AppsV1().Deployments(name).Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "api", Namespace: name, ResourceVersion: "7", Generation: 1,
+			Annotations: map[string]string{"deployment.kubernetes.io/revision": "1"}},
+		Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](1),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "api"}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "api"}}}},
+		Status: appsv1.DeploymentStatus{ObservedGeneration: 1, Replicas: 1, UpdatedReplicas: 1, ReadyReplicas: 1, AvailableReplicas: 1},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = c.client.AppsV1().ReplicaSets(name).Create(ctx, &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "api-abc", Namespace: name,
+		OwnerReferences: controller("Deployment", "api"), Annotations: map[string]string{"deployment.kubernetes.io/revision": "1"}}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = c.client.CoreV1().Pods(name).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "api-abc-1", Namespace: name, Labels: map[string]string{"app": "api"},
+			Annotations: map[string]string{canary.AnnotationSidecar: `{"revision":"1-25"}`}, OwnerReferences: controller("ReplicaSet", "api-abc")},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.2",
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+}
+
+// Invariant 7 (a refused write changes nothing) and invariant 8's other
+// side (a concurrency slot is held only by a namespace that migrates).
+//
+// Scenario: concurrency 1; shop (priority 100) and web (priority 100, after
+// shop by name) are opted in. An admission policy refuses every meshwave
+// write to namespace shop with 403 (say, "istio.io/rev is managed by the
+// platform team"). shop's first decision starts its canary: writeNamespace
+// marks it starting before the PATCH. Before the fix nothing undid that
+// when the PATCH was refused, and web waited "for a free slot: 1 of 1 in
+// use by shop", although shop never changed anything.
+func TestARefusedNamespaceWriteHoldsNoSlot(t *testing.T) {
+	var clock *clocktesting.FakeClock
+	c, client, ctx := startTestController(t, record.NewFakeRecorder(1000), func(c *Controller) {
+		addOptedInNamespace(t, c, "web")
+		clock = c.clock.(*clocktesting.FakeClock)
+	})
+	forbidden := apierrors.NewForbidden(schema.GroupResource{Resource: "namespaces"}, "shop",
+		errString(`admission webhook "protect-rev.example" denied the request: istio.io/rev is managed by platform`))
+	client.PrependReactor("patch", "namespaces", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.(k8stesting.PatchAction).GetName() == "shop" {
+			return true, nil, forbidden
+		}
+		return false, nil, nil
+	})
+
+	for minute := 0; minute < 3; minute++ {
+		err := c.sync(ctx, "shop")
+		require.ErrorAs(t, err, new(refusedWrite), "minute %d", minute)
+		clock.Step(time.Second)
+		require.Eventually(t, func() bool {
+			ns, err := c.caches.Namespaces.Get("web")
+			return err == nil && c.expect.satisfied(ns, c.cachedDeployment("web"), clock.Now())
+		}, 5*time.Second, 10*time.Millisecond)
+		require.NoError(t, c.sync(ctx, "web"))
+		ns, err := client.CoreV1().Namespaces().Get(ctx, "web", metav1.GetOptions{})
+		require.NoError(t, err)
+		st, _, err := canary.ParseStatus(ns.Annotations)
+		require.NoError(t, err)
+		// shop started nothing, so it holds no slot; it is still first in
+		// line (same priority, first by name) until a person lets its
+		// writes through or opts it out.
+		assert.Equal(t, "Pending: waiting for its turn: shop (priority 100) go first", string(st.Phase)+": "+st.Reason, "minute %d", minute)
+		c.startMu.Lock()
+		_, starting := c.starting["shop"]
+		c.startMu.Unlock()
+		assert.False(t, starting, "minute %d: a start whose write was refused is forgotten", minute)
+		clock.Step(time.Minute - time.Second) // shop's refused write is asked again
+	}
+}

@@ -1,0 +1,304 @@
+package canary
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// More scenarios against the invariants, around move records' outcomes,
+// retries, rollback scopes and the status's size: each test names the
+// invariant and the scenario that broke it before its fix.
+
+// Invariant 2 (nothing counts as moved before its wave passed) and the
+// Continue policy's limit ("while failed workloads stay at or under
+// maxFailedPercent").
+//
+// Scenario (Continue, maxFailedPercent 25, five workloads, no delay): the
+// canary a fails its rollout and is tolerated (1 of 5, 20%). The decision
+// that tolerates it also starts wave 2 (b, c), and carries a's record-only
+// patch that writes outcome Failed. That patch is fenced by a's
+// resourceVersion, which the Deployment controller keeps bumping while a's
+// pods crash (status updates), so it meets a conflict and does not land.
+// The outcome is only re-sent by ensureMoves for a member of the wave in
+// flight, and a no longer is: its record says "moved" for good. The next
+// summarize recomputes pastFailed from the records (0), so when b fails in
+// wave 2 meshwave counts 1 of 5 failed and continues, though 2 of 5 (40%)
+// failed, and a is counted as moved.
+func TestALostFailedOutcomeIsNotForgottenByTheContinueLimit(t *testing.T) {
+	var ws []Workload
+	for _, n := range []string{"a", "b", "c", "d", "e"} {
+		ws = append(ws, deploy(n))
+	}
+	s := newSim(t, ws...)
+	s.cfg.FailurePolicy, s.cfg.MaxFailedPercent = PolicyContinue, 25
+	s.cfg.DelayBetweenWaves = 0
+	s.cfg.Sizes = WaveSizes{CanarySize: 1, BatchSize: 2}
+	s.decide(nil)
+	s.refused = map[string]string{"a": "conflict"} // a's outcome patch does not land
+	d := s.decide(failRollout("a", "a did not roll out"))
+	s.refused, s.answers = nil, nil // a conflict is not a refusal: nothing is handed on
+	require.Equal(t, 1, d.Status.Wave, "wave 1 is not left behind before a's record says it failed")
+	s.decide(nil) // the outcome again; it lands
+	d = s.decide(nil)
+	require.Equal(t, 2, d.Status.Wave)
+	require.Equal(t, 1, d.Status.PastFailed)
+
+	d = s.decide(nil)
+	pastFailed := s.status.PastFailed
+	s.rollOut("1-26", "c")
+	d = s.decide(failRollout("b", "b did not roll out"))
+	assert.Equal(t, PhasePaused, s.status.Phase,
+		"a and b failed (40%% > 25%%), yet meshwave goes on: pastFailed fell from 1 to %d once a's outcome patch was lost; counts %+v", pastFailed, s.status.Counts)
+}
+
+// Invariant 1 (no Deployment restarted twice for one move).
+//
+// Scenario: wave 2 (b, c) was patched. b's meshwave.io/move is then
+// changed so that meshwave can no longer read it as this move: a newer
+// meshwave (a rolling upgrade, then a rollback of the agent) wrote it with
+// a field this version does not know, or a GitOps re-apply of a manifest
+// exported earlier put back an older migration's record. The record-only
+// restore (MoveRecordRestored) covers only a record that is gone
+// (!hasRecord): b's template shows it was restarted after the wave started,
+// yet ensureMoves restarts it a second time.
+func TestAMemberWhoseRecordWasOverwrittenIsNotRestartedAgain(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		record func(string) string
+	}{
+		{"a record with a field this version does not know", func(r string) string {
+			return strings.Replace(r, `"wave":2`, `"wave":2,"attempt":1`, 1)
+		}},
+		{"an older migration's record put back", func(string) string {
+			return MoveRecord{Revision: "1-26", From: "1-25", Wave: 1, At: t0.Add(-24 * time.Hour), Migration: MigrationID("1-26", t0.Add(-24*time.Hour))}.Encode()
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := toWave2(t)
+			b := &s.snap.Deployments[1]
+			stamp := b.TemplateAnnotations[AnnotationRestartedAt]
+			b.Annotations[AnnotationMove] = tt.record(b.Annotations[AnnotationMove])
+			d := s.decide(nil)
+			assert.Empty(t, forwardMoves(d), "b's template shows its wave-2 restart at %s (the wave started at %s), yet it is restarted again; patches %v",
+				stamp, s.status.WaveStartedAt.Format(time.RFC3339), s.patches)
+		})
+	}
+}
+
+// Invariant 6 (nothing spins: no flip-flop between two statuses, no
+// status write every reconcile).
+//
+// Scenario (HA): leader A, whose clock runs 5 minutes ahead, starts wave 2
+// and writes b's move record with at = its now. Leadership moves to B,
+// whose clock is right; b rolls out and B completes the migration with
+// completedAt = its now, before b's record. recordConflict then reads "a
+// move recorded after the migration ended" and adopts the status back to
+// Migrating; the wave passes again, Completed is written again, and so on:
+// the namespace flips between Completed and Migrating on every reconcile
+// (each adoption asks for a requeue in 100 ms) for as long as the skew
+// lasts, writing the status and a StatusAdopted and a Completed Event each
+// time.
+func TestARecordDatedAfterCompletionDoesNotFlipFlop(t *testing.T) {
+	s := newSim(t, deploy("a"), deploy("b"))
+	s.decide(nil)
+	s.rollOut("1-26", "a")
+	s.decide(s.gates())
+	s.now = s.now.Add(time.Minute)
+	skew := 5 * time.Minute
+	s.now = s.now.Add(skew) // leader A's clock
+	s.decide(nil)
+	require.Equal(t, 2, s.status.Wave)
+	s.now = s.now.Add(-skew) // leader B's clock
+	s.rollOut("1-26", "b")
+
+	var phases []Phase
+	writes, requeues := 0, []time.Duration{}
+	for i := 0; i < 20; i++ {
+		d := s.decide(s.gates())
+		if d.Status != nil {
+			writes++
+		}
+		phases = append(phases, s.status.Phase)
+		requeues = append(requeues, d.RequeueAfter)
+		s.now = s.now.Add(100 * time.Millisecond)
+	}
+	assert.LessOrEqual(t, writes, 2, "20 reconciles over 2 seconds wrote the status %d times: phases %v, requeues %v", writes, phases, requeues)
+	assert.Equal(t, PhaseCompleted, s.status.Phase)
+}
+
+// Rollback contract ("a rollback of a wave returns that wave") under
+// "whatever the status says: older, then missing".
+//
+// Scenario: waves [a] [b c] [d]. Wave 3 (d) was patched, then the status
+// went back to the write of wave 2 under test (a deposed leader's write).
+// Wave 2 fails; its rollback also returns d, recorded in wave 3 (as the
+// new rule says), so the rollback records carry waves 2 and 3. The status
+// is then lost. adoptRecords takes any rollback record whose wave is not
+// the last one as a rollback of everything: a, which passed wave 1 and
+// which nobody asked to roll back, is restarted back to 1-25.
+func TestAWaveRollbackAdoptedFromItsRecordsStaysAWaveRollback(t *testing.T) {
+	s := newSim(t, deploy("a"), deploy("b"), deploy("c"), deploy("d"))
+	s.cfg.Sizes = WaveSizes{CanarySize: 1, BatchSize: 2}
+	s.decide(nil)
+	s.rollOut("1-26", "a")
+	s.decide(s.gates())
+	s.now = s.now.Add(time.Minute)
+	s.decide(nil)
+	require.Equal(t, 2, s.status.Wave)
+	older, err := s.status.Encode()
+	require.NoError(t, err)
+	s.rollOut("1-26", "b", "c")
+	s.decide(s.gates())
+	s.now = s.now.Add(time.Minute)
+	s.decide(nil)
+	require.Equal(t, 3, s.status.Wave)
+
+	s.raw, s.status = &older, nil
+	s.decide(failRollout("b", "b did not roll out"))
+	require.Equal(t, PhaseRollingBack, s.status.Phase)
+	require.Equal(t, RollbackWave, s.status.Rollback)
+	require.Equal(t, 1, s.patches["a"])
+
+	s.status = nil // lost
+	s.playUntil(PhaseRolledBack)
+	assert.Equal(t, 1, s.patches["a"], "a passed wave 1; the rollback of wave 2 was adopted as %q and returned it too: %s", s.status.Rollback, s.status.Reason)
+}
+
+// The status size bound ("bounded in size whatever the namespace holds")
+// and invariant 7 (the namespace write must be one the apiserver takes).
+//
+// Scenario (policy Pause, batchSize 250): an admission policy refuses the
+// restarts of wave 2 with a 1.1 KB answer each (Gatekeeper lists every
+// violated constraint). cut() bounds the status reason to 4 KiB, but each
+// member's reason (and each of the last 10 failures') quotes its answer in
+// full: the Paused status is well over the apiserver's 256
+// KiB limit for an object's annotations, so the namespace write is refused
+// with 422, and, as a refused namespace write, asked again every minute
+// forever: the failed wave is never recorded.
+func TestTheStatusOfAWaveOfRefusedRestartsStaysUnderTheAnnotationLimit(t *testing.T) {
+	var ws []Workload
+	for i := 0; i <= 250; i++ {
+		ws = append(ws, deploy(fmt.Sprintf("svc-%04d", i)))
+	}
+	s := newSim(t, ws...)
+	s.cfg.Sizes = WaveSizes{CanarySize: 1, BatchSize: 250}
+	s.cfg.FailurePolicy = PolicyPause
+	s.decide(nil)
+	s.rollOut("1-26", "svc-0000")
+	s.decide(s.gates())
+	s.now = s.now.Add(time.Minute)
+	answer := `admission webhook "validation.gatekeeper.sh" denied the request: ` + strings.Repeat("[restrict-template-changes] pod template annotation changes need a change ticket; ", 13) + "(403 Forbidden)"
+	s.refused = map[string]string{}
+	for _, w := range ws[1:] {
+		s.refused[w.Name] = answer
+	}
+	s.decide(nil) // wave 2's restarts are sent and refused
+	d := s.decide(nil)
+	require.NotNil(t, d.Status)
+	require.Equal(t, PhasePaused, d.Status.Phase)
+	raw, err := d.Status.Encode()
+	require.NoError(t, err)
+	memberReasons, verdictReasons, failureReasons := 0, 0, 0
+	for _, w := range d.Status.Workloads {
+		memberReasons += len(w.Reason)
+	}
+	for _, v := range d.Status.Verdicts {
+		verdictReasons += len(v.Reason)
+	}
+	for _, f := range d.Status.Failures {
+		failureReasons += len(f.Reason)
+	}
+	assert.Less(t, len(raw), 256*1024, "the Paused status is %d bytes: reason %d, %d members' reasons %d, verdict reasons %d, %d failures' reasons %d",
+		len(raw), len(d.Status.Reason), len(d.Status.Workloads), memberReasons, verdictReasons, len(d.Status.Failures), failureReasons)
+}
+
+// Invariant 9 (bad input: a clear error, reported once) and invariant 6
+// (nothing repeats without a change).
+//
+// Scenario: a chart typo sets meshwave.io/wave: "first" on all 60
+// Deployments of a namespace. The Blocked reason joins 60 errors, about
+// 5.5 KB; summarize cuts it to 4 KiB, but blockInvalid compares the
+// written (cut) reason with the uncut one, so they never match: every
+// reconcile (each pod or Deployment change, each resync) emits the 61
+// InvalidAnnotation Warning Events again, though nothing changed.
+func TestALongBlockedReasonIsReportedOnce(t *testing.T) {
+	var ws []Workload
+	for i := 0; i < 60; i++ {
+		ws = append(ws, deploy(fmt.Sprintf("svc-%04d", i), waveAnn("first")))
+	}
+	s := newSim(t, ws...)
+	d := s.decide(nil)
+	require.Equal(t, PhaseBlocked, d.Status.Phase)
+	first := len(d.Events)
+	var again []int
+	for i := 0; i < 3; i++ {
+		d = s.decide(nil)
+		require.Nil(t, d.Status, "the status does not change")
+		again = append(again, len(d.Events))
+	}
+	assert.Equal(t, []int{0, 0, 0}, again, "the first decision reported the %d errors in %d Events; each later one with nothing changed reports them again", len(ws), first)
+}
+
+// Rollback contract ("rollback=all returns every workload this migration
+// moved"; "all asked during a wave's rollback widens it").
+//
+// Scenario 1: wave 2 (b, c) failed and was rolled back: the namespace is
+// RolledBack, its label on 1-25, while a, which passed wave 1, still runs
+// 1-26. The owner asks meshwave.io/rollback=all to return everything.
+// ended() only honours a rollback of a Completed migration: the request
+// is consumed with "nothing to roll back: the namespace is RolledBack",
+// and a stays on the target of a migration that is over.
+//
+// Scenario 2: a rollback of all after completion pauses because a's
+// restart was refused. The owner, asked to act, re-requests with
+// rollback=wave (or keeps the "wave" an automation writes). A request
+// during RollingBack is consumed without narrowing, but paused() starts a
+// new rollback with the requested scope: the rollback of all is narrowed
+// to wave 2 and ends "RolledBack" with a on 1-26.
+func TestARollbackOfAllIsNeverNarrowedOrRefusedWhileSomethingIsStillMoved(t *testing.T) {
+	t.Run("all after a wave's rollback ended", func(t *testing.T) {
+		s := toWave2(t)
+		s.decide(failRollout("b", "b did not roll out"))
+		s.rollOut("1-25", "b", "c")
+		s.decide(s.gates())
+		require.Equal(t, PhaseRolledBack, s.status.Phase)
+		s.snap.Namespace.Annotations[AnnotationRollback] = "all"
+		d := s.decide(nil)
+		assert.Len(t, d.Moves, 1, "a still runs 1-26 (moved in wave 1); events %v", d.Events)
+	})
+	t.Run("wave asked while a rollback of all is paused", func(t *testing.T) {
+		s := newSim(t, deploy("a"), deploy("b"))
+		s.playUntil(PhaseCompleted)
+		s.snap.Namespace.Annotations[AnnotationRollback] = "all"
+		s.refused = map[string]string{"a": "denied (403 Forbidden)"}
+		s.decide(nil)
+		s.refused = nil
+		s.decide(nil)
+		require.Equal(t, PhasePaused, s.status.Phase)
+		require.Equal(t, RollbackAll, s.status.Rollback)
+		s.snap.Namespace.Annotations[AnnotationRollback] = "wave"
+		s.playUntil(PhaseRolledBack)
+		assert.Equal(t, 2, s.patches["a"], "rollback=all was narrowed to %q: %s", s.status.Rollback, s.status.Reason)
+	})
+}
+
+// Counts must be true ("counts must not claim a workload moved that never
+// passed").
+//
+// Scenario: the canary a fails its rollout (policy RollbackWave). The
+// RollingBack status written in the same decision counts a as moved
+// (counts.moved 1, failed 0): summarize skips the wave's member states
+// while rolling back, and a's forward record, whose rollback patch has not
+// landed, puts it in the plan's Moved list.
+func TestTheStatusOfAFailedWavesRollbackDoesNotCountItsMembersMoved(t *testing.T) {
+	s := newSim(t, deploy("a"), deploy("b"))
+	s.decide(nil)
+	d := s.decide(failRollout("a", "a did not roll out"))
+	require.Equal(t, PhaseRollingBack, d.Status.Phase)
+	assert.Zero(t, d.Status.Counts.Moved, "a failed wave 1 and is being rolled back; counts %+v", d.Status.Counts)
+}
