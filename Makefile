@@ -10,13 +10,23 @@ K8S_LDFLAGS := -X k8s.io/component-base/version.gitVersion=v1.37.2 \
                -X k8s.io/component-base/version.gitMinor=37
 E2E_TIMEOUT ?= 45m
 
+# The one version: the chart's appVersion. make build stamps it into the
+# binary.
+VERSION := $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$$/\1/p' charts/meshwave/Chart.yaml)
+# The commit stamped into the binary, with
+# -dirty when tracked files differ from it; empty outside a git checkout.
+REVISION ?= $(shell r=$$(git rev-parse HEAD 2>/dev/null) && { git diff --quiet HEAD -- 2>/dev/null || r=$$r-dirty; } && echo $$r)
+# Stripped (-s -w): a third smaller, and a panic still prints its stack.
+VERSION_LDFLAGS = -s -w -X main.version=$(VERSION) -X main.revision=$(REVISION)
+
 .PHONY: help
 help: ## Show the targets.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
-build: ## Build the agent into bin/ and compile every package of both modules.
-	$(GO) build -o bin/meshwave ./cmd/agent
+build: ## Build the agent into bin/meshwave and bin/kubectl-meshwave (the kubectl plugin); compile every package.
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(VERSION_LDFLAGS)" -o bin/meshwave ./cmd/agent
+	ln -f bin/meshwave bin/kubectl-meshwave
 	$(GO) build ./...
 	cd e2e && $(GO) build ./...
 
@@ -35,6 +45,16 @@ lint: ## gofmt, tidy go.mod files, go vet, and staticcheck (from hack/tools) ove
 	bin/staticcheck ./...
 	cd hack/tools && ../../bin/staticcheck ./...
 	@$(MAKE) --no-print-directory check-dashboard
+	@$(MAKE) --no-print-directory check-version
+
+.PHONY: version
+version: ## Print the version: the chart's appVersion.
+	@echo $(VERSION)
+
+.PHONY: check-version
+check-version: ## Fail unless the chart's appVersion is a semantic version an image can be tagged with.
+	@echo '$(VERSION)' | grep -Eq '^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?$$' || \
+	  { echo "charts/meshwave/Chart.yaml: appVersion '$(VERSION)' is not a semantic version without build metadata (x.y.z or x.y.z-pre)"; exit 1; }
 
 .PHONY: dashboard
 dashboard: ## Regenerate the Grafana dashboard into the chart, from hack/tools/dashboard.
