@@ -3,17 +3,17 @@
 //	meshwave run    [--config FILE] [--metrics-address ADDR] [--kubeconfig FILE] [--context NAME]
 //	meshwave plan   [-o table|json] [--config FILE] [--kubeconfig FILE] [--context NAME]
 //	meshwave status [-o table|json] [--kubeconfig FILE] [--context NAME]
+//	meshwave version
 //
+// Run as kubectl-meshwave, it is the kubectl plugin "kubectl meshwave".
 // Without --kubeconfig it follows kubectl's rules: $KUBECONFIG, then
 // ~/.kube/config, then the in-cluster service account.
 package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/signal"
@@ -30,43 +30,11 @@ import (
 	"github.com/meshwave/meshwave/agent"
 )
 
-const usage = `usage: meshwave <command> [flags]
-
-commands:
-  run     run the agent
-  plan    print the waves the agent would run now, without writing anything
-  status  print each namespace's migration: phase, wave, workloads, verdicts
-
-run "meshwave <command> -h" for a command's flags`
-
 func main() {
-	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, usage)
-		os.Exit(2)
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	var err error
-	switch os.Args[1] {
-	case "run":
-		err = runCommand(ctx, os.Args[2:])
-	case "plan":
-		err = planCommand(ctx, os.Args[2:], os.Stdout)
-	case "status":
-		err = statusCommand(ctx, os.Args[2:], os.Stdout)
-	case "-h", "--help", "help":
-		fmt.Println(usage)
-		return
-	default:
-		err = fmt.Errorf("unknown command %q\n%s", os.Args[1], usage)
-	}
-	if errors.Is(err, flag.ErrHelp) {
-		return
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "meshwave:", err)
-		os.Exit(1)
-	}
+	code := cli{name: programName(os.Args[0]), stdout: os.Stdout, stderr: os.Stderr}.run(ctx, os.Args[1:])
+	stop()
+	os.Exit(code)
 }
 
 // common are the flags every command takes.
@@ -105,20 +73,38 @@ func (c *common) clients() (kubernetes.Interface, agent.Config, error) {
 	return client, cfg, err
 }
 
-func runCommand(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	var c common
-	c.register(fs)
-	metricsAddr := fs.String("metrics-address", ":8080", "where to serve /metrics, /healthz and /readyz")
-	klog.InitFlags(fs)
-	if err := fs.Parse(args); err != nil {
+// runOptions are run's flags.
+type runOptions struct {
+	common
+	metricsAddr string
+}
+
+// parseRun parses run's flags. Its help lists meshwave's own flags and
+// klog's -v; the rest of klog's flags still parse, and --help-logging
+// lists them.
+func (c cli) parseRun(args []string) (runOptions, error) {
+	var opts runOptions
+	cmd := newCommand("run")
+	opts.register(cmd.shown)
+	cmd.shown.StringVar(&opts.metricsAddr, "metrics-address", ":8080", "where to serve /metrics, /healthz and /readyz")
+	cmd.hidden = flag.NewFlagSet("logging", flag.ContinueOnError)
+	klog.InitFlags(cmd.hidden)
+	cmd.shown.Var(cmd.hidden.Lookup("v").Value, "v", "log `level`: 0 logs what the agent does, 6 adds every Kubernetes API request")
+	cmd.helpHidden = "help-logging"
+	cmd.shown.Bool(cmd.helpHidden, false, "list klog's logging flags, which run also accepts")
+	return opts, c.parse(cmd, args)
+}
+
+func (cl cli) runCommand(ctx context.Context, args []string) error {
+	opts, err := cl.parseRun(args)
+	if err != nil {
 		return err
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Before any client or queue exists: client-go takes one registration.
 	agent.RegisterClientMetrics(reg)
-	client, cfg, err := c.clients()
+	client, cfg, err := opts.clients()
 	if err != nil {
 		return err
 	}
@@ -139,7 +125,7 @@ func runCommand(ctx context.Context, args []string) error {
 		return err
 	}
 	defer ctrl.Shutdown()
-	srv := &http.Server{Addr: *metricsAddr, Handler: ctrl.Handler(reg), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Addr: opts.metricsAddr, Handler: ctrl.Handler(reg), ReadHeaderTimeout: 5 * time.Second}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.ListenAndServe() }()
 	defer func() {
@@ -157,23 +143,23 @@ func runCommand(ctx context.Context, args []string) error {
 	}
 }
 
-// parseWithFormat parses a read-only command's flags, -o included.
-func parseWithFormat(fs *flag.FlagSet, args []string) (string, error) {
-	format := fs.String("o", "table", "output format: table or json")
-	if err := fs.Parse(args); err != nil {
-		return "", err
+// parseReadOnly parses the flags of plan or status: the common ones and -o.
+func (c cli) parseReadOnly(name string, args []string) (common, string, error) {
+	var opts common
+	cmd := newCommand(name)
+	opts.register(cmd.shown)
+	format := cmd.shown.String("o", "table", "output `format`: table or json")
+	if err := c.parse(cmd, args); err != nil {
+		return opts, "", err
 	}
 	if *format != "table" && *format != "json" {
-		return "", fmt.Errorf("-o %q is not table or json", *format)
+		return opts, "", &usageError{fmt.Sprintf("%s: -o %q is not table or json", name, *format)}
 	}
-	return *format, nil
+	return opts, *format, nil
 }
 
-func planCommand(ctx context.Context, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
-	var c common
-	c.register(fs)
-	format, err := parseWithFormat(fs, args)
+func (cl cli) planCommand(ctx context.Context, args []string) error {
+	c, format, err := cl.parseReadOnly("plan", args)
 	if err != nil {
 		return err
 	}
@@ -185,14 +171,11 @@ func planCommand(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return agent.RenderPlan(out, plan, format)
+	return agent.RenderPlan(cl.stdout, plan, format)
 }
 
-func statusCommand(ctx context.Context, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("status", flag.ContinueOnError)
-	var c common
-	c.register(fs)
-	format, err := parseWithFormat(fs, args)
+func (cl cli) statusCommand(ctx context.Context, args []string) error {
+	c, format, err := cl.parseReadOnly("status", args)
 	if err != nil {
 		return err
 	}
@@ -208,5 +191,5 @@ func statusCommand(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return agent.RenderStatus(out, rows, format)
+	return agent.RenderStatus(cl.stdout, rows, format)
 }

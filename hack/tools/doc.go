@@ -1,4 +1,6 @@
 // Package tools pins the command-line tools the build runs through the Go
-// toolchain ("go tool -modfile=hack/tools/go.mod helm"), in a module of
-// their own so that their dependencies never reach meshwave's.
+// toolchain ("go tool -modfile=hack/tools/go.mod helm", crane for pushing
+// the image), and holds the build's own programs (the dashboard generator,
+// the image builder), in a module of their own so that their dependencies
+// never reach meshwave's.
 package tools
