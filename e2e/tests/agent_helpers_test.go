@@ -1,9 +1,7 @@
 package tests
 
 import (
-	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,123 +11,43 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/funcr"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/klog/v2"
 
 	"github.com/meshwave/meshwave/agent"
 	"github.com/meshwave/meshwave/canary"
 	"github.com/meshwave/meshwave/e2e/fixture"
+	"github.com/meshwave/meshwave/e2e/harness"
 )
 
 // apiCounter counts the requests a client sends, by verb and object, so a
 // scenario can assert exactly how many writes the agent made.
-type apiCounter struct {
-	mu     sync.Mutex
-	counts map[string]int // "PATCH deployments shop/cart"
-}
+type apiCounter struct{ *harness.Counter }
 
-func newAPICounter() *apiCounter { return &apiCounter{counts: map[string]int{}} }
+func newAPICounter() *apiCounter { return &apiCounter{harness.NewCounter()} }
 
-type countingTransport struct {
-	c    *apiCounter
-	next http.RoundTripper
-}
+// objectOf names the object of a request path ("deployments shop/cart").
+func objectOf(path string) string { return harness.ObjectOf(path) }
 
-func (t countingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.Method != http.MethodGet {
-		t.c.mu.Lock()
-		t.c.counts[req.Method+" "+objectOf(req.URL.Path)]++
-		t.c.mu.Unlock()
-	}
-	return t.next.RoundTrip(req)
-}
-
-// objectOf turns /apis/apps/v1/namespaces/shop/deployments/cart into
-// "deployments shop/cart" and /api/v1/namespaces/shop into "namespaces shop".
-func objectOf(path string) string {
-	parts := strings.Split(strings.Trim(path, "/"), "/")
-	for i := 0; i+1 < len(parts); i++ {
-		if parts[i] != "namespaces" {
-			continue
-		}
-		ns := parts[i+1]
-		if i+3 < len(parts) {
-			return parts[i+2] + " " + ns + "/" + parts[i+3]
-		}
-		if i+2 < len(parts) {
-			return parts[i+2] + " " + ns
-		}
-		return "namespaces " + ns
-	}
-	return path
-}
-
-func (c *apiCounter) get(key string) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.counts[key]
-}
+func (c *apiCounter) get(key string) int { return c.Get(key) }
 
 // writes returns every counted write whose key starts with prefix.
-func (c *apiCounter) writes(prefix string) map[string]int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := map[string]int{}
-	for k, v := range c.counts {
-		if strings.HasPrefix(k, prefix) {
-			out[k] = v
-		}
-	}
-	return out
-}
+func (c *apiCounter) writes(prefix string) map[string]int { return c.Matching(prefix) }
 
 func (c *apiCounter) report(t *testing.T) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	keys := make([]string, 0, len(c.counts))
-	for k := range c.counts {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		t.Logf("writes: %-60s %d", k, c.counts[k])
+	for _, line := range c.Lines() {
+		if !strings.HasPrefix(line, "GET ") && !strings.HasPrefix(line, "LIST ") && !strings.HasPrefix(line, "WATCH ") {
+			t.Logf("writes: %s", line)
+		}
 	}
 }
 
-// testConfig is the agent's configuration for scenarios: real defaults,
-// with waits shortened so a scenario takes seconds. The xDS sync gate asks
-// the world's istiods over gRPC and TLS with a real token of the
-// meshwave service account, audience istio-ca, as the chart mounts it.
-func testConfig(f *fixture.Fixture) agent.Config {
-	f.T.Helper()
-	cfg := agent.DefaultConfig()
-	token := filepath.Join(f.T.TempDir(), "istio-token")
-	require.NoError(f.T, os.WriteFile(token, []byte(f.IstioCAToken("meshwave")), 0o600))
-	cfg.Gates.Sync.TokenFile = token
-	cfg.Gates.Sync.Port = f.World.Mesh.Ports().GRPCTLS
-	cfg.Gates.Sync.Interval = agent.Duration(time.Second)
-	cfg.Gates.Sync.Timeout = agent.Duration(20 * time.Second)
-	cfg.DelayBetweenWaves = agent.Duration(300 * time.Millisecond)
-	cfg.ReadinessTimeout = agent.Duration(time.Minute)
-	cfg.ResyncPeriod = 0
-	cfg.LeaderElection.LeaseDuration = agent.Duration(3 * time.Second)
-	cfg.LeaderElection.RenewDeadline = agent.Duration(2 * time.Second)
-	cfg.LeaderElection.RetryPeriod = agent.Duration(500 * time.Millisecond)
-	return cfg
-}
+// testConfig is the agent's configuration for scenarios (harness.Config).
+func testConfig(f *fixture.Fixture) agent.Config { return harness.Config(f) }
 
 // runningAgent is an agent running in this process, as its own replica.
-type runningAgent struct {
-	ctrl   *agent.Controller
-	cancel context.CancelFunc
-	done   chan error
-	once   sync.Once
-}
+type runningAgent = harness.Agent
 
 // startAgent runs an agent against the world with cfg. Its requests go
 // through counter.
@@ -148,33 +66,7 @@ func startAgentWith(t *testing.T, f *fixture.Fixture, cfg agent.Config, counter 
 // startAgentWithOptions is startAgent with the agent's options adjusted.
 func startAgentWithOptions(t *testing.T, f *fixture.Fixture, cfg agent.Config, counter *apiCounter, identity string, adjust func(*agent.Options)) *runningAgent {
 	t.Helper()
-	rc := rest.CopyConfig(f.World.Cluster.Config)
-	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper { return countingTransport{c: counter, next: rt} })
-	client, err := kubernetes.NewForConfig(rc)
-	require.NoError(t, err)
-	opts := agent.Options{Client: client, Config: cfg, Identity: identity}
-	adjust(&opts)
-	ctrl, err := agent.New(opts)
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	logger := funcr.New(func(prefix, args string) {
-		if os.Getenv("MESHWAVE_E2E_AGENT_LOG") != "" {
-			t.Logf("agent %s: %s %s", identity, prefix, args)
-		}
-	}, funcr.Options{Verbosity: 2})
-	a := &runningAgent{ctrl: ctrl, cancel: cancel, done: make(chan error, 1)}
-	go func() { a.done <- ctrl.Run(klog.NewContext(ctx, logger)) }()
-	t.Cleanup(a.Kill)
-	return a
-}
-
-// Kill stops the agent at once, wherever it is.
-func (a *runningAgent) Kill() {
-	a.once.Do(func() {
-		a.cancel()
-		<-a.done
-		a.ctrl.Shutdown()
-	})
+	return harness.Start(f.For(t), cfg, counter.Counter, identity, adjust)
 }
 
 // optIn annotates a namespace with its target and priority.

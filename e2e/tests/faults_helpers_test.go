@@ -168,7 +168,7 @@ func withRegistry(reg *prometheus.Registry) replicaOption {
 	return func(s *replicaSetup) { s.reg = reg }
 }
 
-func startReplica(t *testing.T, f *fixture.Fixture, cfg agent.Config, name string, log *writeLog, opts ...replicaOption) *replica {
+func startReplica(t testing.TB, f *fixture.Fixture, cfg agent.Config, name string, log *writeLog, opts ...replicaOption) *replica {
 	t.Helper()
 	l := &link{name: name, log: log}
 	setup := replicaSetup{link: l, reg: prometheus.NewRegistry()}
@@ -283,7 +283,7 @@ type leaseWatch struct {
 	stop    func()
 }
 
-func watchLease(t *testing.T, f *fixture.Fixture, ns, name string) *leaseWatch {
+func watchLease(t testing.TB, f *fixture.Fixture, ns, name string) *leaseWatch {
 	t.Helper()
 	w, err := f.Client.CoordinationV1().Leases(ns).Watch(f.Ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
 	require.NoError(t, err)

@@ -47,7 +47,7 @@ func TestTracesAndMetricsOfAMigration(t *testing.T) {
 	})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	srv := &http.Server{Handler: a.ctrl.Handler(reg), ReadHeaderTimeout: time.Second}
+	srv := &http.Server{Handler: a.Controller.Handler(reg), ReadHeaderTimeout: time.Second}
 	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	require.NoError(t, f.World.Prometheus.AddTarget(f.Ctx, prom.Target{Job: "meshwave", Addr: l.Addr().String()}))
