@@ -471,6 +471,15 @@ func TestContinueGoesOnPastAFailureAndStopsAtTheLimit(t *testing.T) {
 	}
 	assert.Equal(t, []string{"b", "d"}, failed)
 	assert.Zero(t, counter.get("PATCH deployments "+ns+"/e"), "nothing moves past the limit")
-	assert.Equal(t, 1, counter.get("PATCH deployments "+ns+"/b"), "a tolerated failure stays where it is")
+	// A tolerated failure stays where it is: b restarted once; the second
+	// patch only wrote on its record that it failed wave 2.
+	assert.Equal(t, 2, counter.get("PATCH deployments "+ns+"/b"))
+	b, ok := moveRecord(f, ns, "b")
+	require.True(t, ok)
+	assert.Equal(t, canary.OutcomeFailed, b.Outcome)
+	assert.Equal(t, 2, b.Wave)
+	dep, err := f.Client.AppsV1().Deployments(ns).Get(f.Ctx, "b", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, b.At.UTC().Truncate(time.Second).Format(time.RFC3339), dep.Spec.Template.Annotations[canary.AnnotationRestartedAt], "the template was restarted once, by the move")
 	f.Then().PodsOnRevision(ns, "c", "1-26").PodsOnRevision(ns, "e", "1-25")
 }

@@ -103,10 +103,16 @@ func TestStateIntegrity(t *testing.T) {
 		})
 		editStatus(f, ns, func(m map[string]any) { m["startedAt"] = "2030-01-01T00:00:00Z" })
 		waitForEvent(f, "Namespace", "", ns, "StatusAdopted: the status disagrees with the Deployments' move records: the move records show moves of migration ")
+		// The status regresses to wave 1, passed: b's move, recorded in wave
+		// 2, is judged as the next wave, without a second restart.
 		editStatus(f, ns, func(m map[string]any) {
 			m["wave"], m["waveState"], m["workloads"] = 1, "Passed", []any{map[string]any{"name": "a", "state": "Moved"}}
 		})
-		waitForEvent(f, "Namespace", "", ns, "StatusAdopted: the status disagrees with the Deployments' move records: the move records show wave 2 of migration")
+		f.Eventually("b's recorded move to be judged as wave 2", func() (bool, string) {
+			st := status(f, ns)
+			return st != nil && st.Wave == 2 && st.WaveState == canary.WaveVerifying && len(st.Workloads) == 1 && st.Workloads[0].Name == "b",
+				fmt.Sprintf("%+v", st)
+		})
 		assert.NotEqual(t, canary.PhaseCompleted, status(f, ns).Phase, "b's wave has not passed: b is still unready")
 		release()
 		waitForPhase(f, ns, canary.PhaseCompleted, time.Minute)
