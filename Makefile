@@ -131,7 +131,27 @@ demo-check: prometheus istio ## Run the demo non-interactively; fails unless it 
 	cd e2e && $(GO) run -ldflags "$(K8S_LDFLAGS)" ./cmd/demo --check
 
 .PHONY: test
-test: lint unit fuzz e2e demo-check ## Every tier: lint, unit, fuzz (briefly), e2e, and the demo once.
+test: lint unit fuzz e2e bench-smoke demo-check ## Every tier: lint, unit, fuzz (briefly), e2e, each benchmark once (small), and the demo once.
+
+BENCH_OUT := $(CURDIR)/bench/results.md
+
+.PHONY: bench
+bench: prometheus istio ## Every benchmark at full size; writes bench/results.md with the machine, the date and every figure.
+	@mkdir -p bench
+	@{ echo "# meshwave benchmarks"; echo; \
+	  echo "- date: $$(date -u +%Y-%m-%dT%H:%M:%SZ)"; \
+	  echo "- machine: $$(uname -srm), $$(nproc) cores, $$(awk '/MemTotal/ {printf "%.0f GiB", $$2/1048576}' /proc/meminfo), $$(awk -F': ' '/model name/ {print $$2; exit}' /proc/cpuinfo)"; \
+	  echo "- go: $$($(GO) env GOVERSION)"; \
+	  echo "- commit: $$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"; echo; } > $(BENCH_OUT)
+	@{ echo "## Pure speed (canary, 20 runs each)"; echo; echo '```'; } >> $(BENCH_OUT)
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime 20x ./canary | grep -E '^(Benchmark|cpu:)' | tee -a $(BENCH_OUT)
+	@{ echo '```'; echo; } >> $(BENCH_OUT)
+	cd e2e && MESHWAVE_BENCH_OUT=$(BENCH_OUT) $(GO) test -timeout 60m -run '^$$' -bench . -benchtime 1x -ldflags "$(K8S_LDFLAGS)" ./bench/
+
+.PHONY: bench-smoke
+bench-smoke: prometheus istio ## Each benchmark once, small, to prove it still works (part of make test).
+	$(GO) test -run '^$$' -bench . -benchtime 1x ./canary
+	cd e2e && MESHWAVE_BENCH_SMALL=1 $(GO) test -timeout 20m -run '^$$' -bench . -benchtime 1x -ldflags "$(K8S_LDFLAGS)" ./bench/
 
 .PHONY: demo
 demo: prometheus istio ## Run the demo on the local world, then keep it up until Ctrl-C (DEMO_FLAGS=--check exits).

@@ -24,9 +24,9 @@ func largeNamespace(n int) (Snapshot, *Status) {
 }
 
 // BenchmarkDecideLargeNamespace measures one decision, which every
-// reconcile of the namespace makes, over 5,000 Deployments.
+// reconcile of the namespace makes, over 10,000 Deployments.
 func BenchmarkDecideLargeNamespace(b *testing.B) {
-	s, st := largeNamespace(5000)
+	s, st := largeNamespace(10000)
 	pending := []Verdict{{Gate: "rollout", Result: ResultPending, RetryAfter: time.Second}}
 	cfg := Config{Sizes: WaveSizes{CanarySize: 1, BatchSize: 50}}
 	b.ReportAllocs()
@@ -36,12 +36,44 @@ func BenchmarkDecideLargeNamespace(b *testing.B) {
 	}
 }
 
-// BenchmarkPlanNamespace measures planning 5,000 Deployments.
+// BenchmarkPlanNamespace measures planning 10,000 Deployments.
 func BenchmarkPlanNamespace(b *testing.B) {
-	s, _ := largeNamespace(5000)
+	s, _ := largeNamespace(10000)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		PlanNamespace("shop", s.Deployments, "1-26", "", 0, WaveSizes{BatchSize: 50})
+	}
+}
+
+// BenchmarkPlanWaves measures `meshwave plan` over 10,000 Deployments in
+// 100 namespaces.
+func BenchmarkPlanWaves(b *testing.B) {
+	var inputs []PlanInput
+	for n := 0; n < 100; n++ {
+		s, _ := largeNamespace(100)
+		s.Namespace.Name = fmt.Sprintf("ns-%03d", n)
+		inputs = append(inputs, PlanInput{Snapshot: s})
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		PlanWaves(inputs, WaveSizes{BatchSize: 50})
+	}
+}
+
+// BenchmarkMovePatch measures the persist-settings patch of one workload:
+// reading its pods' settings and encoding the merge patch.
+func BenchmarkMovePatch(b *testing.B) {
+	w := deploy("cart")
+	for i := range w.Pods {
+		w.Pods[i].Annotations["sidecar.istio.io/proxyCPU"] = "100m"
+		w.Pods[i].Annotations["traffic.sidecar.istio.io/excludeOutboundPorts"] = "3306"
+	}
+	rec := MoveRecord{Revision: "1-26", From: "1-25", Wave: 1, At: t0, Migration: MigrationID("1-26", t0)}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		MovePatch(w, PersistedSettings(w, DefaultPersistAnnotations), rec)
 	}
 }

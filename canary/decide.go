@@ -1224,7 +1224,7 @@ func RollbackMembers(snap Snapshot, st *Status) []Workload {
 		// A wave's rollback also returns moves recorded in later waves:
 		// none of them was judged.
 		if st.Rollback == RollbackAll || r.Wave >= st.Wave {
-			out = append(out, w)
+			out = append(out, *w)
 		}
 	}
 	return out

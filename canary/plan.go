@@ -1,10 +1,12 @@
 package canary
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -96,7 +98,7 @@ func PlanNamespace(ns string, deployments []Workload, targetRevision, migration 
 	recorded := map[int][]Planned{}
 	for _, w := range sortedWorkloads(deployments) {
 		settings, _ := ParseWorkload(w.Namespace, w.Name, w.Annotations)
-		if reason := gatewayReason(w); reason != "" {
+		if reason := gatewayReason(*w); reason != "" {
 			plan.Excluded = append(plan.Excluded, Exclusion{w.Name, reason})
 			continue
 		}
@@ -104,12 +106,12 @@ func PlanNamespace(ns string, deployments []Workload, targetRevision, migration 
 			plan.Excluded = append(plan.Excluded, Exclusion{w.Name, AnnotationSkip + " is true"})
 			continue
 		}
-		if r, ok := forwardIn(w, migration); ok && r.Outcome == OutcomeFailed {
+		if r, ok := forwardIn(*w, migration); ok && r.Outcome == OutcomeFailed {
 			// Failed its wave, tolerated: it stays where it is.
 			plan.Failed = append(plan.Failed, w.Name)
 			continue
 		}
-		if r, ok := movedIn(w, migration); ok {
+		if r, ok := movedIn(*w, migration); ok {
 			if r.Wave > wavesRun {
 				recorded[r.Wave] = append(recorded[r.Wave], Planned{Name: w.Name, Group: settings.Wave})
 				continue
@@ -121,9 +123,12 @@ func PlanNamespace(ns string, deployments []Workload, targetRevision, migration 
 			plan.Excluded = append(plan.Excluded, Exclusion{w.Name, "paused (spec.paused): a restart would not roll out"})
 			continue
 		}
-		pods := w.livePods()
-		injected, onTarget := 0, 0
-		for _, p := range pods {
+		live, injected, onTarget := 0, 0, 0
+		for _, p := range w.Pods {
+			if p.Terminating {
+				continue
+			}
+			live++
 			if p.Injected() {
 				injected++
 				if p.Revision == targetRevision {
@@ -134,17 +139,18 @@ func PlanNamespace(ns string, deployments []Workload, targetRevision, migration 
 		switch {
 		case injected == 0:
 			plan.Excluded = append(plan.Excluded, Exclusion{w.Name, "no injected pod"})
-		case onTarget == len(pods):
+		case onTarget == live:
 			plan.Excluded = append(plan.Excluded, Exclusion{w.Name, "already on " + targetRevision})
 		default:
 			todo = append(todo, Planned{Name: w.Name, Group: settings.Wave})
 		}
 	}
-	sort.SliceStable(todo, func(i, j int) bool {
-		if todo[i].Group != todo[j].Group {
-			return todo[i].Group < todo[j].Group
+	// Names are unique, so the order is total.
+	slices.SortFunc(todo, func(a, b Planned) int {
+		if a.Group != b.Group {
+			return cmp.Compare(a.Group, b.Group)
 		}
-		return todo[i].Name < todo[j].Name
+		return strings.Compare(a.Name, b.Name)
 	})
 	for _, wave := range slices.Sorted(maps.Keys(recorded)) {
 		for ws := recorded[wave]; len(ws) > 0; {
@@ -169,9 +175,14 @@ func PlanNamespace(ns string, deployments []Workload, targetRevision, migration 
 	return plan
 }
 
-func sortedWorkloads(ws []Workload) []Workload {
-	out := append([]Workload(nil), ws...)
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+// sortedWorkloads orders ws by name, by reference: a Workload is large,
+// and a namespace may hold thousands.
+func sortedWorkloads(ws []Workload) []*Workload {
+	out := make([]*Workload, len(ws))
+	for i := range ws {
+		out[i] = &ws[i]
+	}
+	slices.SortFunc(out, func(a, b *Workload) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 
