@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -367,6 +368,10 @@ func (k *Kubelet) sync(ctx context.Context, key string) (time.Duration, error) {
 		return 0, err
 	case pod.Spec.NodeName == "":
 		return 0, k.bind(ctx, pod)
+	case !slices.Contains(k.nodes, pod.Spec.NodeName):
+		// Bound to a node this kubelet does not run, as a real kubelet
+		// leaves other nodes' pods (benchmarks load idle pods this way).
+		return 0, nil
 	case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
 		return 0, nil
 	}

@@ -1,0 +1,295 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+
+	"github.com/meshwave/meshwave/canary"
+	"github.com/meshwave/meshwave/e2e/fixture"
+	"github.com/meshwave/meshwave/e2e/mesh"
+	"github.com/meshwave/meshwave/e2e/world"
+)
+
+// BenchmarkMemoryAtScale loads 400 namespaces, 4,000 Deployments and
+// 20,000 injected pods (10, 40 and 200 when small) into the local
+// apiserver, directly: the pods are bound to a node no kubelet runs, so
+// they stay as created. It then starts the meshwave binary and, beside
+// it, plain full-object shared informers over the same kinds, and records
+// each one's resident memory and Go heap once its caches have synced.
+func BenchmarkMemoryAtScale(b *testing.B) {
+	nss, deps, pods := 400, 10, 5
+	if small() {
+		nss, deps, pods = 10, 4, 5
+	}
+	for i := 0; i < b.N; i++ {
+		f := fixture.New(b, world.Options{NoPrometheus: true})
+		rc := rest.CopyConfig(f.World.Cluster.Config)
+		rc.QPS, rc.Burst = 5000, 5000
+		client, err := kubernetes.NewForConfig(rc)
+		require.NoError(b, err)
+		start := time.Now()
+		load(b, f.Ctx, client, nss, deps, pods)
+		loaded := time.Since(start)
+
+		dir := b.TempDir()
+		agentBin := build(b, dir, "meshwave", "github.com/meshwave/meshwave/cmd/agent")
+		plainBin := build(b, dir, "plaininformer", "github.com/meshwave/meshwave/e2e/cmd/plaininformer")
+
+		agentRSS, agentHeap := runAgent(b, f, dir, agentBin)
+		plainRSS, plainHeap := runPlain(b, f, plainBin)
+
+		b.ReportMetric(float64(agentRSS)/(1<<20), "agent-rss-MiB")
+		b.ReportMetric(float64(agentHeap)/(1<<20), "agent-heap-MiB")
+		b.ReportMetric(float64(plainRSS)/(1<<20), "plain-rss-MiB")
+		b.ReportMetric(float64(plainHeap)/(1<<20), "plain-heap-MiB")
+		mib := func(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
+		record(b, fmt.Sprintf("Memory at scale: %d pods, %d Deployments, %d namespaces", nss*deps*pods, nss*deps, nss),
+			"| | meshwave agent | plain full-object informers | ratio |",
+			"|---|---|---|---|",
+			fmt.Sprintf("| resident memory (VmRSS) | %s | %s | %.2f |", mib(agentRSS), mib(plainRSS), float64(agentRSS)/float64(plainRSS)),
+			fmt.Sprintf("| Go heap in use after sync | %s | %s | %.2f |", mib(agentHeap), mib(plainHeap), float64(agentHeap)/float64(plainHeap)),
+			"",
+			fmt.Sprintf("Both as their own processes, after their caches synced (the agent's /readyz; a GC before the plain informers' reading). Loading the objects took %s. The pods are injected as Istio injects them (istio-init and istio-proxy with their args, env, mounts and volumes, sidecar.istio.io/status) and Running.", loaded.Round(time.Second)))
+	}
+}
+
+// load creates the namespaces, Deployments and pods.
+func load(b testing.TB, ctx context.Context, client kubernetes.Interface, nss, deps, pods int) {
+	b.Helper()
+	for n := 0; n < nss; n++ {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("load-%03d", n), Labels: map[string]string{mesh.LabelRev: "1-25"}}}
+		if n%2 == 0 {
+			ns.Annotations = map[string]string{canary.AnnotationTargetRevision: "1-25"} // opted in, nothing to move
+		}
+		_, err := client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{})
+		require.NoError(b, err)
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(32)
+	for n := 0; n < nss; n++ {
+		ns := fmt.Sprintf("load-%03d", n)
+		for d := 0; d < deps; d++ {
+			app := fmt.Sprintf("svc-%02d", d)
+			g.Go(func() error {
+				dep := fixture.NewDeployment(ns, app, fixture.Replicas(int32(pods)))
+				dep.Spec.Paused = true // no ReplicaSet: the pods below are all there is
+				if _, err := client.AppsV1().Deployments(ns).Create(gctx, dep, metav1.CreateOptions{}); err != nil {
+					return err
+				}
+				for p := 0; p < pods; p++ {
+					pod := injectedPod(ns, app, p)
+					created, err := client.CoreV1().Pods(ns).Create(gctx, pod, metav1.CreateOptions{})
+					if err != nil {
+						return err
+					}
+					created.Status = runningStatus(created, p)
+					if _, err := client.CoreV1().Pods(ns).UpdateStatus(gctx, created, metav1.UpdateOptions{}); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		}
+	}
+	require.NoError(b, g.Wait())
+}
+
+// injectedPod is a pod as Istio's injector leaves it: the app, istio-init
+// and istio-proxy with the env, mounts and volumes the sidecar template
+// writes, and the status annotation.
+func injectedPod(ns, app string, i int) *corev1.Pod {
+	env := []corev1.EnvVar{
+		{Name: "PILOT_CERT_PROVIDER", Value: "istiod"}, {Name: "CA_ADDR", Value: "istiod-1-25.istio-system.svc:15012"},
+		{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+		{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
+		{Name: "INSTANCE_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
+		{Name: "SERVICE_ACCOUNT", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.serviceAccountName"}}},
+		{Name: "HOST_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.hostIP"}}},
+		{Name: "ISTIO_CPU_LIMIT", ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: "limits.cpu"}}},
+		{Name: "PROXY_CONFIG", Value: `{"discoveryAddress":"istiod-1-25.istio-system.svc:15012","tracing":{"zipkin":{"address":"zipkin.istio-system:9411"}}}`},
+		{Name: "ISTIO_META_POD_PORTS", Value: `[{"containerPort":8080,"protocol":"TCP"}]`},
+		{Name: "ISTIO_META_APP_CONTAINERS", Value: "app"}, {Name: "GOMEMLIMIT", ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: "limits.memory"}}},
+		{Name: "GOMAXPROCS", ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: "limits.cpu"}}},
+		{Name: "ISTIO_META_CLUSTER_ID", Value: "Kubernetes"}, {Name: "ISTIO_META_NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},
+		{Name: "ISTIO_META_INTERCEPTION_MODE", Value: "REDIRECT"}, {Name: "ISTIO_META_WORKLOAD_NAME", Value: app},
+		{Name: "ISTIO_META_OWNER", Value: "kubernetes://apis/apps/v1/namespaces/" + ns + "/deployments/" + app},
+		{Name: "ISTIO_META_MESH_ID", Value: "cluster.local"}, {Name: "TRUST_DOMAIN", Value: "cluster.local"},
+	}
+	mounts := []corev1.VolumeMount{
+		{Name: "workload-socket", MountPath: "/var/run/secrets/workload-spiffe-uds"},
+		{Name: "credential-socket", MountPath: "/var/run/secrets/credential-uds"},
+		{Name: "workload-certs", MountPath: "/var/run/secrets/workload-spiffe-credentials"},
+		{Name: "istiod-ca-cert", MountPath: "/var/run/secrets/istio"},
+		{Name: "istio-data", MountPath: "/var/lib/istio/data"},
+		{Name: "istio-envoy", MountPath: "/etc/istio/proxy"},
+		{Name: "istio-token", MountPath: "/var/run/secrets/tokens"},
+		{Name: "istio-podinfo", MountPath: "/etc/istio/pod"},
+	}
+	empty := func(name string) corev1.Volume {
+		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}
+	}
+	res := corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")},
+		Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("1Gi")},
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: fmt.Sprintf("%s-7d9f8c6b5-%05d", app, i), Namespace: ns,
+			Labels: map[string]string{"app": app, "pod-template-hash": "7d9f8c6b5", "security.istio.io/tlsMode": "istio",
+				"service.istio.io/canonical-name": app, "service.istio.io/canonical-revision": "latest", mesh.LabelRev: "1-25",
+				// Already injected: the injector's object selector lets it
+				// be, so loading 20,000 pods does not call it 20,000 times.
+				"sidecar.istio.io/inject": "false"},
+			Annotations: map[string]string{
+				canary.AnnotationSidecar:                  `{"initContainers":["istio-init"],"containers":["istio-proxy"],"volumes":["workload-socket","credential-socket","workload-certs","istio-envoy","istio-data","istio-podinfo","istio-token","istiod-ca-cert"],"imagePullSecrets":null,"revision":"1-25"}`,
+				"kubectl.kubernetes.io/default-container": "app",
+				"istio.io/rev":                            "1-25",
+				"prometheus.io/path":                      "/stats/prometheus", "prometheus.io/port": "15020", "prometheus.io/scrape": "true",
+			},
+		},
+		Spec: corev1.PodSpec{
+			NodeName: "idle-node", ServiceAccountName: "default",
+			InitContainers: []corev1.Container{{Name: "istio-init", Image: "docker.io/istio/proxyv2:1.25.0",
+				Args:      []string{"istio-iptables", "-p", "15001", "-z", "15006", "-u", "1337", "-m", "REDIRECT", "-i", "*", "-x", "", "-b", "*", "-d", "15090,15021,15020", "--log_output_level=default:info"},
+				Resources: res}},
+			Containers: []corev1.Container{
+				{Name: "app", Image: "registry.example/" + app + ":1.0", Ports: []corev1.ContainerPort{{ContainerPort: 8080, Protocol: corev1.ProtocolTCP}}, Resources: res},
+				{Name: "istio-proxy", Image: "docker.io/istio/proxyv2:1.25.0",
+					Args:  []string{"proxy", "sidecar", "--domain", "$(POD_NAMESPACE).svc.cluster.local", "--proxyLogLevel=warning", "--proxyComponentLogLevel=misc:error", "--log_output_level=default:info"},
+					Ports: []corev1.ContainerPort{{Name: "http-envoy-prom", ContainerPort: 15090, Protocol: corev1.ProtocolTCP}},
+					Env:   env, VolumeMounts: mounts, Resources: res,
+					ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz/ready", Port: intstr.FromInt32(15021)}}, PeriodSeconds: 15},
+					SecurityContext: &corev1.SecurityContext{RunAsUser: ptr.To[int64](1337), RunAsGroup: ptr.To[int64](1337), RunAsNonRoot: ptr.To(true), ReadOnlyRootFilesystem: ptr.To(true),
+						AllowPrivilegeEscalation: ptr.To(false), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}},
+			},
+			Volumes: []corev1.Volume{empty("workload-socket"), empty("credential-socket"), empty("workload-certs"), empty("istio-data"),
+				{Name: "istio-envoy", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}},
+				{Name: "istio-podinfo", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{Items: []corev1.DownwardAPIVolumeFile{
+					{Path: "labels", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels"}},
+					{Path: "annotations", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations"}}}}}},
+				{Name: "istio-token", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+					{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Audience: "istio-ca", ExpirationSeconds: ptr.To[int64](43200), Path: "istio-token"}}}}}},
+				{Name: "istiod-ca-cert", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "istio-ca-root-cert"}}}},
+			},
+		},
+	}
+}
+
+func runningStatus(p *corev1.Pod, i int) corev1.PodStatus {
+	now := metav1.Now()
+	ready := []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now}}
+	var cs []corev1.ContainerStatus
+	for _, c := range p.Spec.Containers {
+		cs = append(cs, corev1.ContainerStatus{Name: c.Name, Image: c.Image, ImageID: c.Image + "@sha256:0123456789abcdef", Ready: true, Started: ptr.To(true),
+			ContainerID: "containerd://" + strings.Repeat("ab", 32), State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}})
+	}
+	ip := fmt.Sprintf("10.%d.%d.%d", 100+i%100, (i/100)%250, i%250)
+	return corev1.PodStatus{Phase: corev1.PodRunning, Conditions: ready, HostIP: "10.0.0.1", PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}},
+		StartTime: &now, ContainerStatuses: cs, QOSClass: corev1.PodQOSBurstable,
+		InitContainerStatuses: []corev1.ContainerStatus{{Name: "istio-init", Image: "docker.io/istio/proxyv2:1.25.0", Ready: true,
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"}}}}}
+}
+
+// build compiles a program of the e2e module (or the module it requires).
+func build(b testing.TB, dir, name, pkg string) string {
+	b.Helper()
+	out := filepath.Join(dir, name)
+	msg, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput()
+	require.NoError(b, err, "go build %s: %s", pkg, msg)
+	return out
+}
+
+// runAgent starts the meshwave binary against the world and returns its
+// resident memory and Go heap in use once its caches have synced.
+func runAgent(b testing.TB, f *fixture.Fixture, dir, bin string) (rss, heap int64) {
+	b.Helper()
+	addr := freeAddr(b)
+	config := filepath.Join(dir, "config.yaml")
+	require.NoError(b, os.WriteFile(config, []byte("leaderElection:\n  enabled: false\n"), 0o600))
+	cmd := exec.Command(bin, "run", "--kubeconfig", f.World.Cluster.Kubeconfig, "--config", config, "--metrics-address", addr)
+	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+	require.NoError(b, cmd.Start())
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	f.EventuallyWithin("the agent's caches to sync", 5*time.Minute, func() (bool, string) {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return false, err.Error()
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, resp.Status
+	})
+	time.Sleep(5 * time.Second) // settle: the first reconciles, a GC
+	resp, err := http.Get("http://" + addr + "/metrics")
+	require.NoError(b, err)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(b, err)
+	m := regexp.MustCompile(`(?m)^go_memstats_heap_inuse_bytes ([0-9.e+]+)$`).FindSubmatch(body)
+	require.NotNil(b, m, "go_memstats_heap_inuse_bytes in the agent's metrics")
+	h, err := strconv.ParseFloat(string(m[1]), 64)
+	require.NoError(b, err)
+	return vmRSS(b, cmd.Process.Pid), int64(h)
+}
+
+// runPlain starts the plain informers and returns their resident memory
+// and Go heap in use once synced.
+func runPlain(b testing.TB, f *fixture.Fixture, bin string) (rss, heap int64) {
+	b.Helper()
+	cmd := exec.Command(bin, "--kubeconfig", f.World.Cluster.Kubeconfig)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(b, err)
+	cmd.Stderr = io.Discard
+	require.NoError(b, cmd.Start())
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	require.NoError(b, err)
+	var inuse, alloc int64
+	_, err = fmt.Sscanf(line, "synced heap_inuse=%d heap_alloc=%d", &inuse, &alloc)
+	require.NoError(b, err, "plaininformer said %q", line)
+	return vmRSS(b, cmd.Process.Pid), inuse
+}
+
+// vmRSS reads a process's resident memory.
+func vmRSS(b testing.TB, pid int) int64 {
+	b.Helper()
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	require.NoError(b, err)
+	m := regexp.MustCompile(`(?m)^VmRSS:\s+(\d+) kB$`).FindSubmatch(raw)
+	require.NotNil(b, m)
+	kb, err := strconv.ParseInt(string(m[1]), 10, 64)
+	require.NoError(b, err)
+	return kb * 1024
+}
+
+func freeAddr(b testing.TB) string {
+	b.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(b, err)
+	defer l.Close()
+	return l.Addr().String()
+}
