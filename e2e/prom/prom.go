@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -45,6 +46,9 @@ type Options struct {
 	// Dir holds the configuration, the TSDB and the log. Empty means a
 	// temporary directory removed on Stop.
 	Dir string
+	// RuleFiles are Prometheus rule files (recording and alerting rules),
+	// evaluated every ScrapeInterval.
+	RuleFiles []string
 }
 
 // Server is a running Prometheus.
@@ -145,6 +149,9 @@ func (s *Server) writeConfig() error {
 		jobs = append(jobs, scrapeConfig{JobName: t.Job, MetricsPath: t.Path, StaticConfigs: []staticConfig{{Targets: []string{t.Addr}}}})
 	}
 	cfg["scrape_configs"] = jobs
+	if len(s.opts.RuleFiles) > 0 {
+		cfg["rule_files"] = s.opts.RuleFiles
+	}
 	raw, err := yaml.Marshal(cfg)
 	if err != nil {
 		return err
@@ -209,6 +216,19 @@ func (s *Server) AddTarget(ctx context.Context, t Target) error {
 	s.mu.Lock()
 	s.opts.Targets = append(s.opts.Targets, t)
 	s.mu.Unlock()
+	return s.reload(ctx)
+}
+
+// AddRuleFile adds a rule file and reloads the configuration. Prometheus
+// refuses a reload whose rules do not parse, and says why.
+func (s *Server) AddRuleFile(ctx context.Context, path string) error {
+	s.mu.Lock()
+	s.opts.RuleFiles = append(s.opts.RuleFiles, path)
+	s.mu.Unlock()
+	return s.reload(ctx)
+}
+
+func (s *Server) reload(ctx context.Context) error {
 	if err := s.writeConfig(); err != nil {
 		return err
 	}
@@ -217,11 +237,21 @@ func (s *Server) AddTarget(ctx context.Context, t Target) error {
 	if err != nil {
 		return err
 	}
+	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("reload prometheus: %s", resp.Status)
+		return fmt.Errorf("reload prometheus: %s: %s", resp.Status, strings.TrimSpace(string(body)))
 	}
 	return nil
+}
+
+// Alerts returns the alerts Prometheus holds now, pending and firing.
+func (s *Server) Alerts(ctx context.Context) ([]promv1.Alert, error) {
+	res, err := s.API.Alerts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return res.Alerts, nil
 }
 
 // Stop terminates Prometheus and waits for it to exit. The data directory
