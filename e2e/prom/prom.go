@@ -27,7 +27,8 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// Target is a scrape job with one static target.
+// Target is a static target of a scrape job. Targets with the same Job
+// are that job's instances (the first one's Path applies to all).
 type Target struct {
 	Job  string
 	Addr string // host:port
@@ -144,8 +145,16 @@ func (s *Server) writeConfig() error {
 	cfg := map[string]any{
 		"global": map[string]any{"scrape_interval": interval, "scrape_timeout": interval, "evaluation_interval": interval},
 	}
+	// Targets of one job are its instances, as a ServiceMonitor's
+	// replicas are.
 	var jobs []scrapeConfig
+	index := map[string]int{}
 	for _, t := range s.opts.Targets {
+		if i, ok := index[t.Job]; ok {
+			jobs[i].StaticConfigs[0].Targets = append(jobs[i].StaticConfigs[0].Targets, t.Addr)
+			continue
+		}
+		index[t.Job] = len(jobs)
 		jobs = append(jobs, scrapeConfig{JobName: t.Job, MetricsPath: t.Path, StaticConfigs: []staticConfig{{Targets: []string{t.Addr}}}})
 	}
 	cfg["scrape_configs"] = jobs
