@@ -67,6 +67,7 @@ func (m *Metrics) observe(ns string, prev *canary.Status, d canary.Decision, ver
 	if m == nil {
 		return
 	}
+	m.startAtZero(ns, verdicts)
 	for _, v := range verdicts {
 		if v.Deferred || (v.Result == canary.ResultPending && !v.Checked) {
 			continue
@@ -100,6 +101,31 @@ func (m *Metrics) observe(ns string, prev *canary.Status, d canary.Decision, ver
 		}
 		if outcome != "" {
 			m.waveDuration.WithLabelValues(ns, outcome).Observe(now.Sub(*prev.WaveStartedAt).Seconds())
+		}
+	}
+}
+
+// startAtZero makes a namespace's counters and histograms exist, at zero,
+// from its first reconcile. Prometheus takes a series' first sample as
+// where it starts: a counter that first appears at 1 never increased for
+// increase() and rate(), so the namespace's first rollback would not fire
+// MeshwaveRollback nor show on the dashboard. Reconciles come well before
+// anything is counted (a wave takes a reconcile to start and another to
+// end), and a scrape in between sees the zeros. A gate's results start at
+// zero with its first verdict, which is Pending while a wave rolls out.
+func (m *Metrics) startAtZero(ns string, verdicts []canary.Verdict) {
+	for _, kind := range []string{"move", "rollback"} {
+		m.restarts.WithLabelValues(ns, kind)
+	}
+	for _, scope := range []canary.RollbackScope{canary.RollbackWave, canary.RollbackAll} {
+		m.rollbacks.WithLabelValues(ns, string(scope))
+	}
+	for _, outcome := range []string{"passed", "failed"} {
+		m.waveDuration.WithLabelValues(ns, outcome)
+	}
+	for _, v := range verdicts {
+		for _, r := range []canary.Result{canary.ResultPass, canary.ResultFail, canary.ResultInconclusive, canary.ResultPending} {
+			m.verdicts.WithLabelValues(ns, v.Gate, string(r))
 		}
 	}
 }

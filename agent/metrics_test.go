@@ -112,3 +112,38 @@ meshwave_namespace_waves{namespace="shop"} 2
 	assert.NotContains(t, rec.Body.String(), `namespace="left"`, "a namespace without meshwave.io/target-revision is not migrating")
 	assert.NotContains(t, rec.Body.String(), `namespace="garbage"`)
 }
+
+// A namespace's counters are at zero from its first reconcile, so that the
+// first rollback is an increase Prometheus sees: a series that first
+// appears at 1 has not increased for increase() and the MeshwaveRollback
+// alert.
+func TestANamespacesCountersStartAtZero(t *testing.T) {
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg, &Caches{Namespaces: corelisters.NewNamespaceLister(idx)}, clocktesting.NewFakePassiveClock(scrapeTime))
+	migrating := &canary.Status{Phase: canary.PhaseMigrating, Wave: 1, TotalWaves: 2}
+	m.observe("shop", nil, canary.Decision{Status: migrating}, []canary.Verdict{{Gate: "rollout", Result: canary.ResultPending, Checked: true}}, scrapeTime)
+
+	assert.Equal(t, 0.0, testutil.ToFloat64(m.rollbacks.WithLabelValues("shop", "wave")))
+	assert.Equal(t, 0.0, testutil.ToFloat64(m.rollbacks.WithLabelValues("shop", "all")))
+	assert.Equal(t, 0.0, testutil.ToFloat64(m.restarts.WithLabelValues("shop", "rollback")))
+	assert.Equal(t, 0.0, testutil.ToFloat64(m.verdicts.WithLabelValues("shop", "rollout", "Fail")))
+	assert.Equal(t, 1.0, testutil.ToFloat64(m.verdicts.WithLabelValues("shop", "rollout", "Pending")))
+	want := `
+# HELP meshwave_wave_duration_seconds Time from a wave's start to its outcome, by namespace and outcome.
+# TYPE meshwave_wave_duration_seconds histogram
+`
+	for _, outcome := range []string{"failed", "passed"} {
+		for _, le := range []string{"5", "15", "30", "60", "120", "300", "600", "1200", "1800", "3600", "+Inf"} {
+			want += `meshwave_wave_duration_seconds_bucket{namespace="shop",outcome="` + outcome + `",le="` + le + `"} 0` + "\n"
+		}
+		want += `meshwave_wave_duration_seconds_sum{namespace="shop",outcome="` + outcome + `"} 0` + "\n"
+		want += `meshwave_wave_duration_seconds_count{namespace="shop",outcome="` + outcome + `"} 0` + "\n"
+	}
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "meshwave_wave_duration_seconds"))
+
+	rollingBack := &canary.Status{Phase: canary.PhaseRollingBack, Rollback: canary.RollbackWave, Wave: 1, TotalWaves: 2}
+	m.observe("shop", migrating, canary.Decision{Status: rollingBack}, nil, scrapeTime)
+	assert.Equal(t, 1.0, testutil.ToFloat64(m.rollbacks.WithLabelValues("shop", "wave")))
+	assert.Equal(t, 0.0, testutil.ToFloat64(m.rollbacks.WithLabelValues("shop", "all")))
+}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -26,7 +27,8 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// Target is a scrape job with one static target.
+// Target is a static target of a scrape job. Targets with the same Job
+// are that job's instances (the first one's Path applies to all).
 type Target struct {
 	Job  string
 	Addr string // host:port
@@ -45,6 +47,9 @@ type Options struct {
 	// Dir holds the configuration, the TSDB and the log. Empty means a
 	// temporary directory removed on Stop.
 	Dir string
+	// RuleFiles are Prometheus rule files (recording and alerting rules),
+	// evaluated every ScrapeInterval.
+	RuleFiles []string
 }
 
 // Server is a running Prometheus.
@@ -140,11 +145,22 @@ func (s *Server) writeConfig() error {
 	cfg := map[string]any{
 		"global": map[string]any{"scrape_interval": interval, "scrape_timeout": interval, "evaluation_interval": interval},
 	}
+	// Targets of one job are its instances, as a ServiceMonitor's
+	// replicas are.
 	var jobs []scrapeConfig
+	index := map[string]int{}
 	for _, t := range s.opts.Targets {
+		if i, ok := index[t.Job]; ok {
+			jobs[i].StaticConfigs[0].Targets = append(jobs[i].StaticConfigs[0].Targets, t.Addr)
+			continue
+		}
+		index[t.Job] = len(jobs)
 		jobs = append(jobs, scrapeConfig{JobName: t.Job, MetricsPath: t.Path, StaticConfigs: []staticConfig{{Targets: []string{t.Addr}}}})
 	}
 	cfg["scrape_configs"] = jobs
+	if len(s.opts.RuleFiles) > 0 {
+		cfg["rule_files"] = s.opts.RuleFiles
+	}
 	raw, err := yaml.Marshal(cfg)
 	if err != nil {
 		return err
@@ -209,6 +225,19 @@ func (s *Server) AddTarget(ctx context.Context, t Target) error {
 	s.mu.Lock()
 	s.opts.Targets = append(s.opts.Targets, t)
 	s.mu.Unlock()
+	return s.reload(ctx)
+}
+
+// AddRuleFile adds a rule file and reloads the configuration. Prometheus
+// refuses a reload whose rules do not parse, and says why.
+func (s *Server) AddRuleFile(ctx context.Context, path string) error {
+	s.mu.Lock()
+	s.opts.RuleFiles = append(s.opts.RuleFiles, path)
+	s.mu.Unlock()
+	return s.reload(ctx)
+}
+
+func (s *Server) reload(ctx context.Context) error {
 	if err := s.writeConfig(); err != nil {
 		return err
 	}
@@ -217,11 +246,21 @@ func (s *Server) AddTarget(ctx context.Context, t Target) error {
 	if err != nil {
 		return err
 	}
+	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("reload prometheus: %s", resp.Status)
+		return fmt.Errorf("reload prometheus: %s: %s", resp.Status, strings.TrimSpace(string(body)))
 	}
 	return nil
+}
+
+// Alerts returns the alerts Prometheus holds now, pending and firing.
+func (s *Server) Alerts(ctx context.Context) ([]promv1.Alert, error) {
+	res, err := s.API.Alerts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return res.Alerts, nil
 }
 
 // Stop terminates Prometheus and waits for it to exit. The data directory

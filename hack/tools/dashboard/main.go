@@ -35,6 +35,15 @@ func main() {
 // ns filters by the dashboard's namespace variable.
 const ns = `namespace=~"$namespace"`
 
+// leading keeps the series of the replica that leads. Every replica
+// reports each namespace's state (the chart runs two), and only the leader
+// knows a wave's checks in progress (Analyzing): counting every replica's
+// series would count each namespace once per replica, and a one-to-one
+// match on namespace would find two series where it expects one.
+func leading(selector string) string {
+	return `(` + selector + ` and on (instance) (meshwave_leader == 1))`
+}
+
 func query(expr, legend string) *prometheus.DataqueryBuilder {
 	return prometheus.NewDataqueryBuilder().Expr(expr).LegendFormat(legend)
 }
@@ -58,17 +67,17 @@ func build() (dashboard.Dashboard, error) {
 		WithPanel(stat.NewPanelBuilder().Title("Paused canaries").
 			Description("Namespaces whose migration is paused: by a failed or inconclusive check, or by hand. Alerted on after a while; see the README.").
 			Datasource(datasource).Height(5).Span(4).
-			WithTarget(query(`count(meshwave_namespace_phase{phase="Paused",`+ns+`} == 1) or vector(0)`, "paused")).
+			WithTarget(query(`count(`+leading(`meshwave_namespace_phase{phase="Paused",`+ns+`}`)+` == 1) or vector(0)`, "paused")).
 			Thresholds(dashboard.NewThresholdsConfigBuilder().Mode(dashboard.ThresholdsModeAbsolute).Steps([]dashboard.Threshold{
 				{Value: nil, Color: "green"}, {Value: cog.ToPtr(1.0), Color: "orange"},
 			}))).
 		WithPanel(stat.NewPanelBuilder().Title("Migrating now").
 			Datasource(datasource).Height(5).Span(4).
-			WithTarget(query(`count(meshwave_namespace_phase{phase=~"Migrating|Analyzing|RollingBack",`+ns+`} == 1) or vector(0)`, "migrating"))).
+			WithTarget(query(`count(`+leading(`meshwave_namespace_phase{phase=~"Migrating|Analyzing|RollingBack",`+ns+`}`)+` == 1) or vector(0)`, "migrating"))).
 		WithPanel(stat.NewPanelBuilder().Title("Blocked by invalid input").
 			Description("Namespaces whose meshwave annotations are invalid: the Event on the namespace names the key, the value and what is expected.").
 			Datasource(datasource).Height(5).Span(4).
-			WithTarget(query(`count(meshwave_namespace_blocked{kind="invalid_input",`+ns+`} == 1) or vector(0)`, "blocked")).
+			WithTarget(query(`count(`+leading(`meshwave_namespace_blocked{kind="invalid_input",`+ns+`}`)+` == 1) or vector(0)`, "blocked")).
 			Thresholds(dashboard.NewThresholdsConfigBuilder().Mode(dashboard.ThresholdsModeAbsolute).Steps([]dashboard.Threshold{
 				{Value: nil, Color: "green"}, {Value: cog.ToPtr(1.0), Color: "red"},
 			}))).
@@ -78,28 +87,28 @@ func build() (dashboard.Dashboard, error) {
 		WithPanel(statetimeline.NewPanelBuilder().Title("Phase of each namespace").
 			Description("One row per namespace: its phase over time.").
 			Datasource(datasource).Height(8).Span(24).
-			WithTarget(query(`max by (namespace, phase) (meshwave_namespace_phase{`+ns+`} == 1) * 0 + 1`, "{{namespace}} {{phase}}"))).
+			WithTarget(query(`max by (namespace, phase) (`+leading(`meshwave_namespace_phase{`+ns+`}`)+` == 1) * 0 + 1`, "{{namespace}} {{phase}}"))).
 		WithPanel(timeseries.NewPanelBuilder().Title("Waves of every namespace").
 			Description("The current wave of each namespace against its total.").
 			Datasource(datasource).Height(8).Span(12).Min(0).Decimals(0).
-			WithTarget(query(`meshwave_namespace_wave{`+ns+`}`, "{{namespace}} wave")).
-			WithTarget(query(`meshwave_namespace_waves{`+ns+`}`, "{{namespace}} of"))).
+			WithTarget(query(`max by (namespace) `+leading(`meshwave_namespace_wave{`+ns+`}`), "{{namespace}} wave")).
+			WithTarget(query(`max by (namespace) `+leading(`meshwave_namespace_waves{`+ns+`}`), "{{namespace}} of"))).
 		WithPanel(timeseries.NewPanelBuilder().Title("Workloads by state").
 			Datasource(datasource).Height(8).Span(12).Min(0).Decimals(0).
-			WithTarget(query(`sum by (state) (meshwave_namespace_workloads{`+ns+`})`, "{{state}}"))).
+			WithTarget(query(`sum by (state) `+leading(`meshwave_namespace_workloads{`+ns+`}`), "{{state}}"))).
 		WithPanel(table.NewPanelBuilder().Title("Paused namespaces").
 			Description("How long each paused namespace has spent paused, in seconds.").
 			Datasource(datasource).Height(6).Span(24).Unit("s").
-			WithTarget(query(`meshwave_namespace_paused_seconds{`+ns+`} * on (namespace) group_left () (meshwave_namespace_phase{phase="Paused"} == 1)`, "{{namespace}}").
+			WithTarget(query(`max by (namespace) `+leading(`meshwave_namespace_paused_seconds{`+ns+`} and on (instance, namespace) (meshwave_namespace_phase{phase="Paused"} == 1)`), "{{namespace}}").
 				Instant().Format(prometheus.PromQueryFormatTable)))
 
 	b = b.WithRow(dashboard.NewRowBuilder("Analysis")).
 		WithPanel(timeseries.NewPanelBuilder().Title("Check values against thresholds").
 			Description("The last value of each metric check, for the wave's worst workload, and the threshold it is held against.").
 			Datasource(datasource).Height(9).Span(12).
-			WithTarget(query(`meshwave_analysis_value{`+ns+`}`, "{{namespace}} {{check}} value")).
-			WithTarget(query(`meshwave_analysis_threshold{`+ns+`}`, "{{namespace}} {{check}} threshold")).
-			WithTarget(query(`meshwave_analysis_baseline{`+ns+`}`, "{{namespace}} {{check}} baseline")).
+			WithTarget(query(`max by (namespace, check) `+leading(`meshwave_analysis_value{`+ns+`}`), "{{namespace}} {{check}} value")).
+			WithTarget(query(`max by (namespace, check) `+leading(`meshwave_analysis_threshold{`+ns+`}`), "{{namespace}} {{check}} threshold")).
+			WithTarget(query(`max by (namespace, check) `+leading(`meshwave_analysis_baseline{`+ns+`}`), "{{namespace}} {{check}} baseline")).
 			OverrideByRegexp(".*threshold", []dashboard.DynamicConfigValue{{Id: "custom.lineStyle", Value: map[string]any{"fill": "dash", "dash": []int{10, 10}}}})).
 		WithPanel(timeseries.NewPanelBuilder().Title("Verdicts").
 			Description("Gate verdicts per check and result.").
