@@ -83,7 +83,9 @@ func TestCrashAtEveryWrite(t *testing.T) {
 	t.Logf("crash points covered: %d", covered)
 }
 
-var podName = regexp.MustCompile(`-[a-z0-9]{8,10}-[a-z0-9]{5}\b`)
+// podName matches a ReplicaSet pod's generated suffix: the pod-template-hash
+// (a 32-bit hash, safe-encoded, so 1 to 10 characters) and the pod's own 5.
+var podName = regexp.MustCompile(`-[a-z0-9]{1,10}-[a-z0-9]{5}\b`)
 
 // podsNamed blanks the generated part of pod names, which differ between
 // runs of the same scenario.
