@@ -25,10 +25,12 @@ type Namespace struct {
 	Annotations map[string]string
 }
 
-// Workload is a Deployment and its pods.
+// Workload is a Deployment, StatefulSet or DaemonSet and its pods.
 type Workload struct {
-	Namespace           string
+	Namespace string
+	// Name is its WorkloadID: a Deployment's name, or Kind/name.
 	Name                string
+	Kind                Kind
 	ResourceVersion     string
 	Labels              map[string]string
 	Annotations         map[string]string

@@ -320,8 +320,8 @@ func (s *Status) Validate() error {
 	}
 	seen := map[string]bool{}
 	for i, w := range s.Workloads {
-		if len(validation.IsDNS1123Subdomain(w.Name)) > 0 || seen[w.Name] {
-			bad(fmt.Sprintf("workloads[%d].name", i), fmt.Sprintf("%q", w.Name), "a Deployment name listed once")
+		if _, _, ok := SplitWorkloadID(w.Name); !ok || seen[w.Name] {
+			bad(fmt.Sprintf("workloads[%d].name", i), fmt.Sprintf("%q", w.Name), "a workload (a Deployment's name, or StatefulSet/<name> or DaemonSet/<name>) listed once")
 		}
 		seen[w.Name] = true
 		if !slices.Contains(workloadStates, w.State) {
