@@ -26,7 +26,7 @@ const (
 func (c *Caches) Gather(ns *corev1.Namespace, rootNamespace string) (canary.Snapshot, error) {
 	snap := canary.Snapshot{Namespace: canary.Namespace{Name: ns.Name, Labels: ns.Labels, Annotations: ns.Annotations}}
 	var err error
-	if snap.Deployments, err = c.workloads(ns.Name); err != nil {
+	if snap.Workloads, err = c.workloads(ns.Name); err != nil {
 		return snap, err
 	}
 	if snap.Mesh, err = c.mesh(rootNamespace); err != nil {

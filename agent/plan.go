@@ -59,7 +59,7 @@ func PlanNow(ctx context.Context, client kubernetes.Interface, cfg Config) (Plan
 	out := Plan{Namespaces: canary.PlanWaves(inputs, dc.Sizes)}
 	for _, p := range out.Namespaces {
 		byName := map[string]canary.Workload{}
-		for _, w := range snaps[p.Namespace].Deployments {
+		for _, w := range snaps[p.Namespace].Workloads {
 			byName[w.Name] = w
 		}
 		first := 1

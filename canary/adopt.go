@@ -83,7 +83,7 @@ func recordConflict(ws []Workload, st *Status) (migrationOnRecord, string) {
 		case m.ID == st.MigrationID():
 			m = m.current(st.RetriedAt)
 			if st.Phase == PhaseRolledBack {
-				for _, w := range RollbackMembers(Snapshot{Deployments: ws}, st) {
+				for _, w := range RollbackMembers(Snapshot{Workloads: ws}, st) {
 					if _, fwd := forwardIn(w, st.MigrationID()); fwd {
 						return m, fmt.Sprintf("the move records show %s moved forward by migration %s, which the status says was rolled back", w.Name, m.ID)
 					}
@@ -223,7 +223,7 @@ func (d *decider) sourceOnRecord(m migrationOnRecord) (string, string) {
 // re-added target, or a retry after a rollback, left behind. Its last
 // wave is judged again; the workloads it rolled back are planned again.
 func (d *decider) continueOnRecord() bool {
-	for _, m := range migrationsOnRecord(d.snap.Deployments, d.st.TargetRevision) {
+	for _, m := range migrationsOnRecord(d.snap.Workloads, d.st.TargetRevision) {
 		if len(m.Forward) == 0 {
 			continue
 		}

@@ -42,7 +42,7 @@ func BenchmarkPlanNamespace(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		PlanNamespace("shop", s.Deployments, "1-26", "", 0, WaveSizes{BatchSize: 50})
+		PlanNamespace("shop", s.Workloads, "1-26", "", 0, WaveSizes{BatchSize: 50})
 	}
 }
 

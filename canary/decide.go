@@ -197,7 +197,7 @@ func (d *decider) run() {
 		d.optedOut(prev)
 		return
 	}
-	for _, w := range sortedWorkloads(d.snap.Deployments) {
+	for _, w := range sortedWorkloads(d.snap.Workloads) {
 		_, werrs := ParseWorkload(w.Namespace, w.Name, w.Annotations)
 		errs = append(errs, werrs...)
 	}
@@ -255,7 +255,7 @@ func (d *decider) run() {
 // second, so that no two migrations share an ID.
 func (d *decider) freshStart() time.Time {
 	now := d.now.UTC().Truncate(time.Second)
-	for _, m := range migrationsOnRecord(d.snap.Deployments, d.st.TargetRevision) {
+	for _, m := range migrationsOnRecord(d.snap.Workloads, d.st.TargetRevision) {
 		if m.StartedAt.Equal(now) {
 			return now.Add(time.Second)
 		}
@@ -286,7 +286,7 @@ func (d *decider) freshStatus(prev *Status, target string) *Status {
 func (d *decider) adoptIfNeeded() bool {
 	if err := d.in.StatusErr; err != nil && d.in.Status == nil {
 		d.event("", EventWarning, "StatusUnreadable", err.Error()+"; rebuilding it from the Deployments' move records")
-		ms := migrationsOnRecord(d.snap.Deployments, d.st.TargetRevision)
+		ms := migrationsOnRecord(d.snap.Workloads, d.st.TargetRevision)
 		if len(ms) == 0 {
 			return false
 		}
@@ -296,13 +296,13 @@ func (d *decider) adoptIfNeeded() bool {
 	if d.in.Status == nil && d.in.StatusErr == nil {
 		// No status at all: lost, or never written. Records of a migration
 		// to this target mean it was under way.
-		if ms := migrationsOnRecord(d.snap.Deployments, d.st.TargetRevision); len(ms) > 0 {
+		if ms := migrationsOnRecord(d.snap.Workloads, d.st.TargetRevision); len(ms) > 0 {
 			d.adoptRecords(ms[0].current(nil), EventWarning, "StatusAdopted", "the namespace has no status")
 			return true
 		}
 		return false
 	}
-	if m, why := recordConflict(d.snap.Deployments, d.st); why != "" {
+	if m, why := recordConflict(d.snap.Workloads, d.st); why != "" {
 		d.adoptRecords(m, EventWarning, "StatusAdopted", "the status disagrees with the Deployments' move records: "+why)
 		return true
 	}
@@ -455,7 +455,7 @@ func (d *decider) precheck() (reason string, retry bool, source, sourceRev strin
 		return fmt.Sprintf("revision %s has no Ready istiod pod (%d pods)", d.st.TargetRevision, rev.Istiods), true, "", ""
 	}
 	injected := false
-	for _, w := range d.snap.Deployments {
+	for _, w := range d.snap.Workloads {
 		for _, p := range w.Pods {
 			if p.Injected() && !p.Terminating {
 				injected = true
@@ -489,7 +489,7 @@ func (d *decider) source(label, labelRev string) (string, string) {
 // target.
 func (d *decider) podSourceRevision() string {
 	count := map[string]int{}
-	for _, w := range d.snap.Deployments {
+	for _, w := range d.snap.Workloads {
 		for _, p := range w.Pods {
 			if p.Injected() && p.Revision != d.st.TargetRevision {
 				count[p.Revision]++
@@ -514,7 +514,7 @@ func (d *decider) warnings(plan NamespacePlan) []string {
 			inPlan[p.Name] = true
 		}
 	}
-	for _, w := range sortedWorkloads(d.snap.Deployments) {
+	for _, w := range sortedWorkloads(d.snap.Workloads) {
 		if inPlan[w.Name] && w.Replicas == 1 && !w.HasPDB {
 			out = append(out, fmt.Sprintf("deployment %s has one replica and no PodDisruptionBudget: it is unavailable while it restarts", w.Name))
 		}
@@ -543,7 +543,7 @@ func (d *decider) plan() NamespacePlan {
 	if d.planned != nil && d.planKey == key {
 		return *d.planned
 	}
-	p := planRemaining(d.ns, d.snap.Deployments, d.st, d.cfg.Sizes)
+	p := planRemaining(d.ns, d.snap.Workloads, d.st, d.cfg.Sizes)
 	d.planned, d.planKey = &p, key
 	return p
 }
@@ -769,8 +769,8 @@ func (d *decider) addMove(w Workload, rec MoveRecord, message string) {
 }
 
 func (d *decider) workloads() map[string]Workload {
-	out := make(map[string]Workload, len(d.snap.Deployments))
-	for _, w := range d.snap.Deployments {
+	out := make(map[string]Workload, len(d.snap.Workloads))
+	for _, w := range d.snap.Workloads {
 		out[w.Name] = w
 	}
 	return out
@@ -1213,7 +1213,7 @@ func (d *decider) rollbackMembers() []Workload {
 func RollbackMembers(snap Snapshot, st *Status) []Workload {
 	var out []Workload
 	id := st.MigrationID()
-	for _, w := range sortedWorkloads(snap.Deployments) {
+	for _, w := range sortedWorkloads(snap.Workloads) {
 		r, ok := ReadMoveRecord(w.Annotations)
 		if !ok || r.Migration != id || id == "" {
 			continue
@@ -1345,7 +1345,7 @@ func (d *decider) ended() {
 // anyMoved reports whether any workload still carries a forward move of
 // this migration.
 func (d *decider) anyMoved() bool {
-	for _, w := range d.snap.Deployments {
+	for _, w := range d.snap.Workloads {
 		if _, ok := forwardIn(w, d.st.MigrationID()); ok {
 			return true
 		}
@@ -1435,7 +1435,7 @@ func (d *decider) summarize(prev *Status) {
 	}
 	c.Failed += st.PastFailed
 	if st.Phase == PhaseRollingBack || st.Phase == PhaseRolledBack {
-		for _, w := range d.snap.Deployments {
+		for _, w := range d.snap.Workloads {
 			if _, ok := rolledBackIn(w, st.MigrationID()); ok {
 				c.RolledBack++
 			}

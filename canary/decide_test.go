@@ -89,8 +89,8 @@ func (s *sim) apply(d Decision) {
 		} else {
 			s.patches[m.Workload]++
 		}
-		for i := range s.snap.Deployments {
-			w := &s.snap.Deployments[i]
+		for i := range s.snap.Workloads {
+			w := &s.snap.Workloads[i]
 			if w.Name != m.Workload {
 				continue
 			}
@@ -121,9 +121,9 @@ func (s *sim) apply(d Decision) {
 // rollOut makes every pod of the named workloads run rev.
 func (s *sim) rollOut(rev string, names ...string) {
 	for _, n := range names {
-		for i := range s.snap.Deployments {
-			if s.snap.Deployments[i].Name == n {
-				onRevision(rev)(&s.snap.Deployments[i])
+		for i := range s.snap.Workloads {
+			if s.snap.Workloads[i].Name == n {
+				onRevision(rev)(&s.snap.Workloads[i])
 			}
 		}
 	}
@@ -263,7 +263,7 @@ func TestInvalidAnnotationsBlockTheNamespaceAndWriteNothingElse(t *testing.T) {
 	assert.Nil(t, d.Status, "the same problem is not written again")
 	assert.Empty(t, d.Events, "nor reported again")
 
-	delete(s.snap.Deployments[0].Annotations, AnnotationWave)
+	delete(s.snap.Workloads[0].Annotations, AnnotationWave)
 	d = s.decide(nil)
 	assert.Equal(t, PhaseMigrating, d.Status.Phase, "fixing the value lets it start")
 }
@@ -306,8 +306,8 @@ func TestPrechecks(t *testing.T) {
 		retry  bool
 	}{
 		{"a namespace without injected pods is never relabelled", func(s *Snapshot) {
-			for i := range s.Deployments {
-				notInjected()(&s.Deployments[i])
+			for i := range s.Workloads {
+				notInjected()(&s.Workloads[i])
 			}
 		}, "precheck failed: nothing to migrate: no Deployment has an injected pod; istio.io/rev stays 1-25", false},
 		{"istio-injection takes precedence over istio.io/rev", func(s *Snapshot) { s.Namespace.Labels[LabelInjection] = "enabled" },

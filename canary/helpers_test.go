@@ -78,7 +78,7 @@ func snap(ws ...Workload) Snapshot {
 			Labels:      map[string]string{LabelRev: "1-25"},
 			Annotations: map[string]string{AnnotationTargetRevision: "1-26"},
 		},
-		Deployments: ws,
+		Workloads: ws,
 		Mesh:        mesh(),
 	}
 }

@@ -18,7 +18,7 @@ import (
 func (s *sim) playUntil(phase Phase) {
 	s.t.Helper()
 	for i := 0; i < 40 && (s.status == nil || s.status.Phase != phase); i++ {
-		for _, w := range s.snap.Deployments {
+		for _, w := range s.snap.Workloads {
 			if r, ok := ReadMoveRecord(w.Annotations); ok {
 				s.rollOut(r.Revision, w.Name)
 			}
@@ -172,14 +172,14 @@ func TestANamespacePausedBeforeItsFirstWaveHoldsNoSlot(t *testing.T) {
 func TestABlockedMigrationKeepsItsSlotAndResumesWithoutAsking(t *testing.T) {
 	s := newSim(t, deploy("a"), deploy("b"))
 	s.decide(nil)
-	s.snap.Deployments[1].Annotations[AnnotationWave] = "x"
+	s.snap.Workloads[1].Annotations[AnnotationWave] = "x"
 	d := s.decide(nil)
 	require.Equal(t, PhaseBlocked, d.Status.Phase)
 	assert.True(t, d.Status.HoldsSlot(), "blocked half-way, it keeps its slot")
 	// Another namespace took no slot meanwhile; unblocked, it goes on
 	// even though a peer now waits with a higher priority.
 	s.snap.Peers = []Peer{{Name: "aaa", Priority: 1, Phase: PhasePending}}
-	delete(s.snap.Deployments[1].Annotations, AnnotationWave)
+	delete(s.snap.Workloads[1].Annotations, AnnotationWave)
 	d = s.decide(nil)
 	assert.Equal(t, PhaseMigrating, d.Status.Phase)
 	assert.Equal(t, 1, d.Status.Wave)
@@ -236,7 +236,7 @@ func TestARollbackWhoseMembersAreAllGoneEnds(t *testing.T) {
 	s.decide(nil)
 	s.decide(failRollout("a", "a did not roll out"))
 	require.Equal(t, PhaseRollingBack, s.status.Phase)
-	s.snap.Deployments = s.snap.Deployments[1:] // a was deleted
+	s.snap.Workloads = s.snap.Workloads[1:] // a was deleted
 	d := s.decide(nil)
 	assert.Equal(t, PhaseRolledBack, d.Status.Phase)
 	assert.Zero(t, d.RequeueAfter, "nothing left to wait for")
@@ -248,7 +248,7 @@ func TestASkipSetOnAFailedMemberIsHonouredOnResume(t *testing.T) {
 	s.decide(nil)
 	s.decide(failRollout("a", "a did not roll out"))
 	require.Equal(t, PhasePaused, s.status.Phase)
-	s.snap.Deployments[0].Annotations[AnnotationSkip] = "true"
+	s.snap.Workloads[0].Annotations[AnnotationSkip] = "true"
 	delete(s.snap.Namespace.Annotations, AnnotationPaused)
 	d := s.decide(nil)
 	require.Len(t, d.Moves, 1, "no restart: only a's record is told it was skipped out of its wave")
@@ -267,7 +267,7 @@ func TestAPausedDeploymentIsLeftOutAndPausingOneMidWaveFailsTheWave(t *testing.T
 
 	s := newSim(t, deploy("a"), deploy("b"))
 	s.decide(nil)
-	s.snap.Deployments[0].Paused = true
+	s.snap.Workloads[0].Paused = true
 	d := s.decide(s.gates())
 	assert.Equal(t, PhaseRolledBack, d.Status.Phase)
 	assert.Equal(t, "rolled back 0 workloads to 1-25 (none of this migration's workloads is left to return): wave 1 failed: restart fail: a is paused (spec.paused): it does not roll out", d.Status.Reason)
@@ -438,7 +438,7 @@ func TestAnOlderMigrationsRecordIsHistoryOnceTheStatusHasMovesOfItsOwn(t *testin
 	s := toWave2(t)
 	z := deploy("z")
 	z.Annotations[AnnotationMove] = MoveRecord{Revision: "1-26", From: "1-25", Wave: 1, At: t0.Add(-time.Hour), Migration: MigrationID("1-26", t0.Add(-time.Hour))}.Encode()
-	s.snap.Deployments = append(s.snap.Deployments, z)
+	s.snap.Workloads = append(s.snap.Workloads, z)
 	id := s.status.MigrationID()
 	for i := 0; i < 3; i++ {
 		d := s.decide(nil)
@@ -452,8 +452,8 @@ func TestARemovedMoveRecordIsWrittenBackWithoutARestart(t *testing.T) {
 	s := newSim(t, deploy("a"), deploy("b"))
 	s.decide(nil)
 	require.Equal(t, 1, s.patches["a"])
-	stamp := s.snap.Deployments[0].TemplateAnnotations[AnnotationRestartedAt]
-	delete(s.snap.Deployments[0].Annotations, AnnotationMove)
+	stamp := s.snap.Workloads[0].TemplateAnnotations[AnnotationRestartedAt]
+	delete(s.snap.Workloads[0].Annotations, AnnotationMove)
 
 	d := s.decide(nil)
 	require.Len(t, d.Moves, 1)
@@ -462,7 +462,7 @@ func TestARemovedMoveRecordIsWrittenBackWithoutARestart(t *testing.T) {
 	assert.Equal(t, []Event{{Deployment: "a", Type: EventWarning, Reason: "MoveRecordRestored",
 		Message: "a had no readable meshwave.io/move record of wave 1, but its template was restarted at " + stamp + ", after the wave started: the record is written back, and a is not restarted again"}}, d.Events)
 	assert.Equal(t, 1, s.patches["a"])
-	assert.Equal(t, stamp, s.snap.Deployments[0].TemplateAnnotations[AnnotationRestartedAt])
+	assert.Equal(t, stamp, s.snap.Workloads[0].TemplateAnnotations[AnnotationRestartedAt])
 
 	// The wave fails: the restored record sends a back with the rollback.
 	s.decide(failRollout("a", "a did not roll out"))

@@ -80,7 +80,7 @@ func TestAMemberWhoseRecordWasOverwrittenIsNotRestartedAgain(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			s := toWave2(t)
-			b := &s.snap.Deployments[1]
+			b := &s.snap.Workloads[1]
 			stamp := b.TemplateAnnotations[AnnotationRestartedAt]
 			b.Annotations[AnnotationMove] = tt.record(b.Annotations[AnnotationMove])
 			d := s.decide(nil)

@@ -112,7 +112,7 @@ func TestAMissingStatusOverMoveRecordsHoldsTheSlot(t *testing.T) {
 	shop := toWave2(t)
 	shop.status = nil // the annotation was removed
 	shopPeer, ok := PeerOf("shop", shop.snap.Namespace.Annotations, func() bool {
-		for _, w := range shop.snap.Deployments {
+		for _, w := range shop.snap.Workloads {
 			if _, ok := ReadMoveRecord(w.Annotations); ok {
 				return true
 			}
@@ -163,14 +163,14 @@ func TestARecordOfALaterWaveDoesNotLetTheWaveInFlightSkipJudgment(t *testing.T) 
 	require.Equal(t, 2, s.status.Wave)
 
 	forged := MoveRecord{Revision: "1-26", From: "1-25", Wave: 3, At: s.now, Migration: s.status.MigrationID()}
-	s.snap.Deployments[3].Annotations[AnnotationMove] = forged.Encode()
+	s.snap.Workloads[3].Annotations[AnnotationMove] = forged.Encode()
 	s.rollOut("1-26", "d") // d's owner restarted it after the label switch
 	for i := 0; i < 5 && s.status.Phase != PhaseCompleted; i++ {
 		s.decide(s.gates())
 		s.now = s.now.Add(time.Minute)
 	}
 	var bPods []string
-	for _, p := range s.snap.Deployments[1].Pods {
+	for _, p := range s.snap.Workloads[1].Pods {
 		bPods = append(bPods, p.Revision)
 	}
 	assert.NotEqual(t, PhaseCompleted, s.status.Phase, "b and c never rolled out (b's pods run %v) and never passed wave 2: %s", bPods, s.status.Reason)
@@ -219,12 +219,12 @@ func TestAWorkloadSkippedOutOfItsWaveIsPlannedAgainOnceUnskipped(t *testing.T) {
 	s.decide(nil)
 	s.decide(failRollout("a", "a did not roll out"))
 	require.Equal(t, PhasePaused, s.status.Phase)
-	s.snap.Deployments[0].Annotations[AnnotationSkip] = "true"
+	s.snap.Workloads[0].Annotations[AnnotationSkip] = "true"
 	delete(s.snap.Namespace.Annotations, AnnotationPaused)
 	s.decide(nil) // a's record says it was skipped out of wave 1
 	s.decide(nil)
 	require.Equal(t, 2, s.status.Wave, "wave 1 passed without a; wave 2 started")
-	delete(s.snap.Deployments[0].Annotations, AnnotationSkip)
+	delete(s.snap.Workloads[0].Annotations, AnnotationSkip)
 
 	for i := 0; i < 20 && s.status.Phase != PhaseCompleted; i++ {
 		s.rollOut("1-26", "b", "c")
@@ -356,7 +356,7 @@ func TestTheLabelIsKeptWhileBlockedHalfWay(t *testing.T) {
 	s.rollOut("1-26", "a")
 	s.decide(s.gates())
 	require.Equal(t, WavePassed, s.status.WaveState)
-	s.snap.Deployments[1].Annotations[AnnotationWave] = "x"
+	s.snap.Workloads[1].Annotations[AnnotationWave] = "x"
 	s.decide(nil)
 	require.Equal(t, PhaseBlocked, s.status.Phase)
 	require.True(t, s.status.HoldsSlot())

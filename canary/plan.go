@@ -219,7 +219,7 @@ func PlanWaves(inputs []PlanInput, sizes WaveSizes) []NamespacePlan {
 		if in.Status != nil && in.Status.Target == settings.Target && in.Status.TargetRevision == rev && !terminal(in.Status.Phase) {
 			st = in.Status
 		}
-		p := planRemaining(s.Namespace.Name, s.Deployments, st, sizes)
+		p := planRemaining(s.Namespace.Name, s.Workloads, st, sizes)
 		p.TargetRevision = rev
 		p.Priority, p.Target = settings.Priority, settings.Target
 		plans = append(plans, p)

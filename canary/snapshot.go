@@ -11,7 +11,7 @@ import (
 // from the informer caches, so that every decision is a pure function of it.
 type Snapshot struct {
 	Namespace   Namespace
-	Deployments []Workload
+	Workloads []Workload
 	Mesh        Mesh
 	// Peers are the other namespaces that opted in, for priority order and
 	// concurrency.

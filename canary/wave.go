@@ -42,7 +42,7 @@ func WaveToVerify(snap Snapshot, st *Status, cfg Config) (WaveUnderTest, bool) {
 	if _, ok := snap.Namespace.Annotations[AnnotationRollback]; ok {
 		return WaveUnderTest{}, false
 	}
-	if _, why := recordConflict(snap.Deployments, st); why != "" {
+	if _, why := recordConflict(snap.Workloads, st); why != "" {
 		// The decision rebuilds the status from the records first.
 		return WaveUnderTest{}, false
 	}
@@ -56,7 +56,7 @@ func WaveToVerify(snap Snapshot, st *Status, cfg Config) (WaveUnderTest, bool) {
 		out.Analysis = *st.Analysis
 	}
 	byName := map[string]Workload{}
-	for _, w := range snap.Deployments {
+	for _, w := range snap.Workloads {
 		byName[w.Name] = w
 	}
 	var members []Workload
