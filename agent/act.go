@@ -14,7 +14,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"golang.org/x/sync/errgroup"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -55,13 +54,13 @@ func (c *Controller) act(ctx context.Context, ns *corev1.Namespace, prev *canary
 	failed, refused, err := c.applyMoves(spanCtx, ns.Name, d.Moves)
 	var events []canary.Event
 	for _, e := range d.Events {
-		if (e.Reason == "Restarted" || e.Reason == "MoveRecordRestored") && failed[e.Deployment] {
+		if (e.Reason == "Restarted" || e.Reason == "MoveRecordRestored") && failed[e.Workload] {
 			continue
 		}
 		events = append(events, e)
 	}
 	for _, name := range slices.Sorted(maps.Keys(refused)) {
-		events = append(events, canary.Event{Deployment: name, Type: canary.EventWarning, Reason: "RestartRefused",
+		events = append(events, canary.Event{Workload: name, Type: canary.EventWarning, Reason: "RestartRefused",
 			Message: "the apiserver refused the move patch: " + refused[name]})
 	}
 	c.recordEvents(ns, events)
@@ -173,10 +172,10 @@ func (c *Controller) applyMoves(ctx context.Context, ns string, moves []canary.M
 			_, span := c.tracer.Start(ctx, name, attrNS.String(ns), attrWorkload.String(m.Workload),
 				attrWave.Int(m.Record.Wave), attrTarget.String(m.Record.Revision))
 			defer span.End()
-			var updated *appsv1.Deployment
+			var updated metav1.Object
 			err := c.retryTransient(gctx, func() error {
 				var err error
-				updated, err = c.client.AppsV1().Deployments(ns).Patch(gctx, m.Workload, types.MergePatchType, m.Patch, metav1.PatchOptions{FieldManager: "meshwave"})
+				updated, err = c.patchWorkload(gctx, ns, m.Workload, m.Patch)
 				return err
 			})
 			if err != nil {
@@ -192,9 +191,9 @@ func (c *Controller) applyMoves(ctx context.Context, ns string, moves []canary.M
 					logger.Info("The apiserver refused a move patch", "workload", m.Workload, "answer", refused[m.Workload])
 					return nil
 				}
-				return fmt.Errorf("patch deployment %s/%s: %w", ns, m.Workload, err)
+				return fmt.Errorf("patch %s in %s: %w", m.Workload, ns, err)
 			}
-			c.expect.expectMove(ns, m.Workload, updated.ResourceVersion, m.Record.Encode(), c.clock.Now())
+			c.expect.expectMove(ns, m.Workload, updated.GetResourceVersion(), m.Record.Encode(), c.clock.Now())
 			if m.RecordOnly {
 				logger.Info("Restored a move record", "workload", m.Workload, "revision", m.Record.Revision, "wave", m.Record.Wave)
 				return nil
@@ -205,6 +204,23 @@ func (c *Controller) applyMoves(ctx context.Context, ns string, moves []canary.M
 	}
 	err = g.Wait()
 	return failed, refused, err
+}
+
+// patchWorkload sends a move patch to the object a workload ID names.
+func (c *Controller) patchWorkload(ctx context.Context, ns, id string, patch []byte) (metav1.Object, error) {
+	kind, name, ok := canary.SplitWorkloadID(id)
+	if !ok {
+		return nil, fmt.Errorf("no workload kind meshwave moves is named %q", id)
+	}
+	opts := metav1.PatchOptions{FieldManager: "meshwave"}
+	apps := c.client.AppsV1()
+	switch kind {
+	case canary.KindStatefulSet:
+		return apps.StatefulSets(ns).Patch(ctx, name, types.MergePatchType, patch, opts)
+	case canary.KindDaemonSet:
+		return apps.DaemonSets(ns).Patch(ctx, name, types.MergePatchType, patch, opts)
+	}
+	return apps.Deployments(ns).Patch(ctx, name, types.MergePatchType, patch, opts)
 }
 
 // retryTransient runs a write, retrying it with exponential backoff while
@@ -258,12 +274,12 @@ func answer(err error) string {
 func (c *Controller) recordEvents(ns *corev1.Namespace, events []canary.Event) {
 	for _, e := range events {
 		var obj runtime.Object = ns
-		if e.Deployment != "" {
-			dep, err := c.caches.Deployments.Deployments(ns.Name).Get(e.Deployment)
-			if err != nil {
+		if e.Workload != "" {
+			_, o, ok := c.caches.workloadMeta(ns.Name, e.Workload)
+			if !ok {
 				continue
 			}
-			obj = dep
+			obj = o
 		}
 		c.recorder.Event(obj, string(e.Type), e.Reason, e.Message)
 	}

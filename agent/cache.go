@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	admissionreglisters "k8s.io/client-go/listers/admissionregistration/v1"
@@ -23,13 +24,18 @@ import (
 // Caches are the shared informers meshwave reads from. After they sync,
 // the hot path makes no LIST or GET.
 type Caches struct {
-	factory     informers.SharedInformerFactory
-	Namespaces  corelisters.NamespaceLister
-	Deployments appslisters.DeploymentLister
-	ReplicaSets appslisters.ReplicaSetLister
-	Pods        corelisters.PodLister
-	PDBs        policylisters.PodDisruptionBudgetLister
-	Webhooks    admissionreglisters.MutatingWebhookConfigurationLister
+	factory      informers.SharedInformerFactory
+	Namespaces   corelisters.NamespaceLister
+	Deployments  appslisters.DeploymentLister
+	ReplicaSets  appslisters.ReplicaSetLister
+	StatefulSets appslisters.StatefulSetLister
+	DaemonSets   appslisters.DaemonSetLister
+	// Revisions are the ControllerRevisions, without their data: the
+	// newest one a DaemonSet owns names its current template.
+	Revisions appslisters.ControllerRevisionLister
+	Pods      corelisters.PodLister
+	PDBs      policylisters.PodDisruptionBudgetLister
+	Webhooks  admissionreglisters.MutatingWebhookConfigurationLister
 
 	informers map[string]cache.SharedIndexInformer
 	cancel    context.CancelFunc
@@ -47,20 +53,26 @@ func NewCaches(client kubernetes.Interface, resync time.Duration, persist []stri
 	}
 	f := informers.NewSharedInformerFactoryWithOptions(client, resync, informers.WithTransform(transform(keep)))
 	c := &Caches{
-		factory:     f,
-		Namespaces:  f.Core().V1().Namespaces().Lister(),
-		Deployments: f.Apps().V1().Deployments().Lister(),
-		ReplicaSets: f.Apps().V1().ReplicaSets().Lister(),
-		Pods:        f.Core().V1().Pods().Lister(),
-		PDBs:        f.Policy().V1().PodDisruptionBudgets().Lister(),
-		Webhooks:    f.Admissionregistration().V1().MutatingWebhookConfigurations().Lister(),
+		factory:      f,
+		Namespaces:   f.Core().V1().Namespaces().Lister(),
+		Deployments:  f.Apps().V1().Deployments().Lister(),
+		ReplicaSets:  f.Apps().V1().ReplicaSets().Lister(),
+		StatefulSets: f.Apps().V1().StatefulSets().Lister(),
+		DaemonSets:   f.Apps().V1().DaemonSets().Lister(),
+		Revisions:    f.Apps().V1().ControllerRevisions().Lister(),
+		Pods:         f.Core().V1().Pods().Lister(),
+		PDBs:         f.Policy().V1().PodDisruptionBudgets().Lister(),
+		Webhooks:     f.Admissionregistration().V1().MutatingWebhookConfigurations().Lister(),
 		informers: map[string]cache.SharedIndexInformer{
-			"namespaces":  f.Core().V1().Namespaces().Informer(),
-			"deployments": f.Apps().V1().Deployments().Informer(),
-			"replicasets": f.Apps().V1().ReplicaSets().Informer(),
-			"pods":        f.Core().V1().Pods().Informer(),
-			"pdbs":        f.Policy().V1().PodDisruptionBudgets().Informer(),
-			"webhooks":    f.Admissionregistration().V1().MutatingWebhookConfigurations().Informer(),
+			"namespaces":   f.Core().V1().Namespaces().Informer(),
+			"deployments":  f.Apps().V1().Deployments().Informer(),
+			"replicasets":  f.Apps().V1().ReplicaSets().Informer(),
+			"statefulsets": f.Apps().V1().StatefulSets().Informer(),
+			"daemonsets":   f.Apps().V1().DaemonSets().Informer(),
+			"revisions":    f.Apps().V1().ControllerRevisions().Informer(),
+			"pods":         f.Core().V1().Pods().Informer(),
+			"pdbs":         f.Policy().V1().PodDisruptionBudgets().Informer(),
+			"webhooks":     f.Admissionregistration().V1().MutatingWebhookConfigurations().Informer(),
 		},
 	}
 	return c
@@ -113,6 +125,19 @@ func transform(keepPodAnnotations map[string]bool) cache.TransformFunc {
 		case *appsv1.ReplicaSet:
 			o.ManagedFields = nil
 			o.Spec.Template = corev1.PodTemplateSpec{}
+			return o, nil
+		case *appsv1.StatefulSet:
+			o.ManagedFields = nil
+			o.Spec.Template.Spec = corev1.PodSpec{}
+			o.Spec.VolumeClaimTemplates = nil
+			return o, nil
+		case *appsv1.DaemonSet:
+			o.ManagedFields = nil
+			o.Spec.Template.Spec = corev1.PodSpec{}
+			return o, nil
+		case *appsv1.ControllerRevision:
+			o.ManagedFields = nil
+			o.Data = runtime.RawExtension{}
 			return o, nil
 		case *corev1.Namespace:
 			o.ManagedFields = nil

@@ -156,7 +156,8 @@ func (c *Controller) addHandlers() error {
 		DeleteFunc: func(any) { c.enqueueAll() },
 	}
 	for name, h := range map[string]cache.ResourceEventHandler{
-		"namespaces": nsHandler, "deployments": inNamespace, "pods": inNamespace, "webhooks": everyone,
+		"namespaces": nsHandler, "deployments": inNamespace, "statefulsets": inNamespace, "daemonsets": inNamespace,
+		"pods": inNamespace, "webhooks": everyone,
 	} {
 		if _, err := c.caches.informers[name].AddEventHandler(h); err != nil {
 			return err
@@ -318,7 +319,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	if !concerns(ns) {
 		return nil
 	}
-	if !c.expect.satisfied(ns, c.cachedDeployment(ns.Name), c.clock.Now()) {
+	if !c.expect.satisfied(ns, c.cachedWorkload(ns.Name), c.clock.Now()) {
 		// Our last writes are not in the cache yet; their events requeue
 		// the namespace, and this is a backstop.
 		c.queue.AddAfter(key, 200*time.Millisecond)
@@ -385,15 +386,15 @@ func (c *Controller) withStarting(peers []canary.Peer) []canary.Peer {
 	return peers
 }
 
-// cachedDeployment returns a Deployment's resourceVersion and move record
-// in the cache, and whether it exists there.
-func (c *Controller) cachedDeployment(ns string) func(string) (string, string, bool) {
-	return func(name string) (string, string, bool) {
-		d, err := c.caches.Deployments.Deployments(ns).Get(name)
-		if err != nil {
+// cachedWorkload returns a workload's resourceVersion and move record in
+// the cache, by ID, and whether it exists there.
+func (c *Controller) cachedWorkload(ns string) func(string) (string, string, bool) {
+	return func(id string) (string, string, bool) {
+		m, _, ok := c.caches.workloadMeta(ns, id)
+		if !ok {
 			return "", "", false
 		}
-		return d.ResourceVersion, d.Annotations[canary.AnnotationMove], true
+		return m.GetResourceVersion(), m.GetAnnotations()[canary.AnnotationMove], true
 	}
 }
 

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"sort"
+	"strconv"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -9,6 +10,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/meshwave/meshwave/analysis"
 	"github.com/meshwave/meshwave/canary"
@@ -38,12 +40,22 @@ func (c *Caches) Gather(ns *corev1.Namespace, rootNamespace string) (canary.Snap
 	return snap, nil
 }
 
+// workloads reads a namespace's Deployments, StatefulSets and DaemonSets,
+// each with its pods, sorted by ID.
 func (c *Caches) workloads(ns string) ([]canary.Workload, error) {
 	deps, err := c.Deployments.Deployments(ns).List(labels.Everything())
 	if err != nil {
 		return nil, err
 	}
-	if len(deps) == 0 {
+	stss, err := c.StatefulSets.StatefulSets(ns).List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	dss, err := c.DaemonSets.DaemonSets(ns).List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	if len(deps)+len(stss)+len(dss) == 0 {
 		return nil, nil
 	}
 	rss, err := c.ReplicaSets.ReplicaSets(ns).List(labels.Everything())
@@ -59,7 +71,8 @@ func (c *Caches) workloads(ns string) ([]canary.Workload, error) {
 		return nil, err
 	}
 	// A pod belongs to the Deployment that owns its ReplicaSet, and is
-	// current when that ReplicaSet carries the Deployment's revision.
+	// current when that ReplicaSet carries the Deployment's revision; it
+	// belongs to a StatefulSet or DaemonSet that owns it directly.
 	type rsInfo struct {
 		deployment, revision string
 	}
@@ -73,17 +86,23 @@ func (c *Caches) workloads(ns string) ([]canary.Workload, error) {
 	rsOf := map[*corev1.Pod]rsInfo{}
 	for _, p := range pods {
 		owner := metav1.GetControllerOf(p)
-		if owner == nil || owner.Kind != "ReplicaSet" {
+		if owner == nil {
 			continue
 		}
-		info, ok := rsOwner[owner.Name]
-		if !ok {
-			continue
+		switch owner.Kind {
+		case "ReplicaSet":
+			info, ok := rsOwner[owner.Name]
+			if !ok {
+				continue
+			}
+			podsOf[info.deployment] = append(podsOf[info.deployment], p)
+			rsOf[p] = info
+		case "StatefulSet", "DaemonSet":
+			id := canary.WorkloadID(canary.Kind(owner.Kind), owner.Name)
+			podsOf[id] = append(podsOf[id], p)
 		}
-		podsOf[info.deployment] = append(podsOf[info.deployment], p)
-		rsOf[p] = info
 	}
-	out := make([]canary.Workload, 0, len(deps))
+	out := make([]canary.Workload, 0, len(deps)+len(stss)+len(dss))
 	for _, d := range deps {
 		w := workloadOf(d)
 		for _, p := range podsOf[d.Name] {
@@ -91,7 +110,28 @@ func (c *Caches) workloads(ns string) ([]canary.Workload, error) {
 			pod.Current = rsOf[p].revision != "" && rsOf[p].revision == d.Annotations[revisionAnno]
 			w.Pods = append(w.Pods, pod)
 		}
-		w.HasPDB = coveredByPDB(d, pdbs)
+		w.HasPDB = coveredByPDB(d.Spec.Template.Labels, pdbs)
+		out = append(out, w)
+	}
+	for _, s := range stss {
+		w := statefulSetWorkload(s)
+		for _, p := range podsOf[w.Name] {
+			pod := podOf(p)
+			pod.Current = s.Status.UpdateRevision != "" && p.Labels[appsv1.ControllerRevisionHashLabelKey] == s.Status.UpdateRevision
+			w.Pods = append(w.Pods, pod)
+		}
+		w.HasPDB = coveredByPDB(s.Spec.Template.Labels, pdbs)
+		out = append(out, w)
+	}
+	for _, d := range dss {
+		w := daemonSetWorkload(d)
+		hash := c.currentDaemonSetHash(d)
+		for _, p := range podsOf[w.Name] {
+			pod := podOf(p)
+			pod.Current = daemonPodCurrent(p, d, hash)
+			w.Pods = append(w.Pods, pod)
+		}
+		w.HasPDB = coveredByPDB(d.Spec.Template.Labels, pdbs)
 		out = append(out, w)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
@@ -104,16 +144,88 @@ func workloadOf(d *appsv1.Deployment) canary.Workload {
 		replicas = *d.Spec.Replicas
 	}
 	return canary.Workload{
-		Namespace: d.Namespace, Name: d.Name, ResourceVersion: d.ResourceVersion,
+		Namespace: d.Namespace, Name: d.Name, Kind: canary.KindDeployment, ResourceVersion: d.ResourceVersion,
 		Labels: d.Labels, Annotations: d.Annotations,
 		TemplateLabels: d.Spec.Template.Labels, TemplateAnnotations: d.Spec.Template.Annotations,
 		Replicas: replicas, Paused: d.Spec.Paused, Generation: d.Generation,
-		Status: canary.DeploymentStatus{
+		Status: canary.RolloutStatus{
 			ObservedGeneration: d.Status.ObservedGeneration, Replicas: d.Status.Replicas,
 			UpdatedReplicas: d.Status.UpdatedReplicas, ReadyReplicas: d.Status.ReadyReplicas,
 			AvailableReplicas: d.Status.AvailableReplicas,
 		},
 	}
+}
+
+func statefulSetWorkload(s *appsv1.StatefulSet) canary.Workload {
+	replicas := int32(1)
+	if s.Spec.Replicas != nil {
+		replicas = *s.Spec.Replicas
+	}
+	w := canary.Workload{
+		Namespace: s.Namespace, Name: canary.WorkloadID(canary.KindStatefulSet, s.Name), Kind: canary.KindStatefulSet,
+		ResourceVersion: s.ResourceVersion, Labels: s.Labels, Annotations: s.Annotations,
+		TemplateLabels: s.Spec.Template.Labels, TemplateAnnotations: s.Spec.Template.Annotations,
+		Replicas: replicas, Generation: s.Generation,
+		OnDelete: s.Spec.UpdateStrategy.Type == appsv1.OnDeleteStatefulSetStrategyType,
+		Status: canary.RolloutStatus{
+			ObservedGeneration: s.Status.ObservedGeneration, Replicas: s.Status.Replicas,
+			UpdatedReplicas: s.Status.UpdatedReplicas, ReadyReplicas: s.Status.ReadyReplicas,
+			AvailableReplicas: s.Status.AvailableReplicas,
+			CurrentRevision:   s.Status.CurrentRevision, UpdateRevision: s.Status.UpdateRevision,
+		},
+	}
+	if ru := s.Spec.UpdateStrategy.RollingUpdate; !w.OnDelete && ru != nil && ru.Partition != nil {
+		w.Partition = *ru.Partition
+	}
+	return w
+}
+
+func daemonSetWorkload(d *appsv1.DaemonSet) canary.Workload {
+	return canary.Workload{
+		Namespace: d.Namespace, Name: canary.WorkloadID(canary.KindDaemonSet, d.Name), Kind: canary.KindDaemonSet,
+		ResourceVersion: d.ResourceVersion, Labels: d.Labels, Annotations: d.Annotations,
+		TemplateLabels: d.Spec.Template.Labels, TemplateAnnotations: d.Spec.Template.Annotations,
+		Replicas: d.Status.DesiredNumberScheduled, Generation: d.Generation,
+		OnDelete: d.Spec.UpdateStrategy.Type == appsv1.OnDeleteDaemonSetStrategyType,
+		Status: canary.RolloutStatus{
+			ObservedGeneration: d.Status.ObservedGeneration, Replicas: d.Status.CurrentNumberScheduled,
+			UpdatedReplicas: d.Status.UpdatedNumberScheduled, ReadyReplicas: d.Status.NumberReady,
+			AvailableReplicas: d.Status.NumberAvailable,
+		},
+	}
+}
+
+// currentDaemonSetHash is the controller-revision-hash of the newest
+// ControllerRevision a DaemonSet owns: the template its controller rolls
+// out. "" when none is cached yet.
+func (c *Caches) currentDaemonSetHash(d *appsv1.DaemonSet) string {
+	revs, err := c.Revisions.ControllerRevisions(d.Namespace).List(labels.Everything())
+	if err != nil {
+		return ""
+	}
+	var newest *appsv1.ControllerRevision
+	for _, r := range revs {
+		if owner := metav1.GetControllerOf(r); owner == nil || owner.UID != d.UID {
+			continue
+		}
+		if newest == nil || r.Revision > newest.Revision {
+			newest = r
+		}
+	}
+	if newest == nil {
+		return ""
+	}
+	return newest.Labels[appsv1.DefaultDaemonSetUniqueLabelKey]
+}
+
+// daemonPodCurrent applies the DaemonSet controller's own test of an
+// updated pod: its hash is the newest revision's, or its template
+// generation is the DaemonSet's generation.
+func daemonPodCurrent(p *corev1.Pod, d *appsv1.DaemonSet, hash string) bool {
+	if hash != "" && p.Labels[appsv1.DefaultDaemonSetUniqueLabelKey] == hash {
+		return true
+	}
+	return p.Labels[appsv1.DeprecatedTemplateGeneration] == strconv.FormatInt(d.Generation, 10)
 }
 
 func podOf(p *corev1.Pod) canary.Pod {
@@ -137,13 +249,13 @@ func podOf(p *corev1.Pod) canary.Pod {
 	return out
 }
 
-func coveredByPDB(d *appsv1.Deployment, pdbs []*policyv1.PodDisruptionBudget) bool {
+func coveredByPDB(template map[string]string, pdbs []*policyv1.PodDisruptionBudget) bool {
 	for _, pdb := range pdbs {
 		sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
 		if err != nil || sel.Empty() {
 			continue
 		}
-		if sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+		if sel.Matches(labels.Set(template)) {
 			return true
 		}
 	}
@@ -228,16 +340,53 @@ func (c *Caches) peers(self string) ([]canary.Peer, error) {
 	return out, nil
 }
 
-// movedOnRecord reports whether any Deployment of ns carries a move record.
+// movedOnRecord reports whether any workload of ns carries a move record.
 func (c *Caches) movedOnRecord(ns string) bool {
+	var metas []metav1.Object
 	deps, err := c.Deployments.Deployments(ns).List(labels.Everything())
-	if err != nil {
+	for _, d := range deps {
+		metas = append(metas, d)
+	}
+	stss, err2 := c.StatefulSets.StatefulSets(ns).List(labels.Everything())
+	for _, s := range stss {
+		metas = append(metas, s)
+	}
+	dss, err3 := c.DaemonSets.DaemonSets(ns).List(labels.Everything())
+	for _, d := range dss {
+		metas = append(metas, d)
+	}
+	if err != nil || err2 != nil || err3 != nil {
 		return true // unknown: the careful answer
 	}
-	for _, d := range deps {
-		if _, ok := canary.ReadMoveRecord(d.Annotations); ok {
+	for _, m := range metas {
+		if _, ok := canary.ReadMoveRecord(m.GetAnnotations()); ok {
 			return true
 		}
 	}
 	return false
+}
+
+// workloadMeta returns the cached object a workload ID names.
+func (c *Caches) workloadMeta(ns, id string) (metav1.Object, runtime.Object, bool) {
+	kind, name, ok := canary.SplitWorkloadID(id)
+	if !ok {
+		return nil, nil, false
+	}
+	var err error
+	var obj interface {
+		metav1.Object
+		runtime.Object
+	}
+	switch kind {
+	case canary.KindStatefulSet:
+		obj, err = c.StatefulSets.StatefulSets(ns).Get(name)
+	case canary.KindDaemonSet:
+		obj, err = c.DaemonSets.DaemonSets(ns).Get(name)
+	default:
+		obj, err = c.Deployments.Deployments(ns).Get(name)
+	}
+	if err != nil {
+		return nil, nil, false
+	}
+	return obj, obj, true
 }

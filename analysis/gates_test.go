@@ -21,7 +21,7 @@ var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 func member(name string, pods ...canary.Pod) canary.WaveWorkload {
 	return canary.WaveWorkload{
 		Workload: canary.Workload{Namespace: "shop", Name: name, Replicas: int32(len(pods)), Generation: 2,
-			Status: canary.DeploymentStatus{ObservedGeneration: 2, Replicas: int32(len(pods)), UpdatedReplicas: int32(len(pods)), ReadyReplicas: int32(len(pods)), AvailableReplicas: int32(len(pods))},
+			Status: canary.RolloutStatus{ObservedGeneration: 2, Replicas: int32(len(pods)), UpdatedReplicas: int32(len(pods)), ReadyReplicas: int32(len(pods)), AvailableReplicas: int32(len(pods))},
 			Pods:   pods},
 		Record:   canary.MoveRecord{Revision: "1-26", At: t0},
 		Deadline: t0.Add(5 * time.Minute), Timeout: 5 * time.Minute,
@@ -69,6 +69,52 @@ func TestRolloutGate(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			v := RolloutGate{}.Evaluate(context.Background(), tt.wave, tt.now)
+			assert.Equal(t, tt.result, v.Result)
+			assert.Equal(t, tt.reason, v.Reason)
+		})
+	}
+}
+
+func TestRolloutGateReadsEachKindInItsControllersTerms(t *testing.T) {
+	sts := func(mod func(*canary.WaveWorkload)) canary.WaveWorkload {
+		m := member("StatefulSet/db", pod("db-0", "1-26"), pod("db-1", "1-26"))
+		m.Kind = canary.KindStatefulSet
+		m.Status.CurrentRevision, m.Status.UpdateRevision = "db-7c9f", "db-7c9f"
+		if mod != nil {
+			mod(&m)
+		}
+		return m
+	}
+	ds := func(mod func(*canary.WaveWorkload)) canary.WaveWorkload {
+		m := member("DaemonSet/agent", pod("agent-x1", "1-26"), pod("agent-x2", "1-26"), pod("agent-x3", "1-26"))
+		m.Kind = canary.KindDaemonSet
+		if mod != nil {
+			mod(&m)
+		}
+		return m
+	}
+	tests := []struct {
+		name   string
+		m      canary.WaveWorkload
+		result canary.Result
+		reason string
+	}{
+		{"a StatefulSet whose currentRevision reached its updateRevision passes", sts(nil), canary.ResultPass, "1 of 1 workloads rolled out"},
+		{"a StatefulSet still on its old currentRevision is rolling out", sts(func(m *canary.WaveWorkload) { m.Status.CurrentRevision = "db-5b8d" }),
+			canary.ResultPending, "1 of 1 workloads rolling out: StatefulSet/db: currentRevision db-5b8d has not reached updateRevision db-7c9f"},
+		{"a StatefulSet's unseen generation is named for its controller", sts(func(m *canary.WaveWorkload) { m.Generation = 3 }),
+			canary.ResultPending, "1 of 1 workloads rolling out: StatefulSet/db: the statefulset controller has not seen generation 3 yet"},
+		{"a StatefulSet pod still on its old revision leaves it short of new ready pods", sts(func(m *canary.WaveWorkload) { m.Pods[1].Current = false }),
+			canary.ResultPending, "1 of 1 workloads rolling out: StatefulSet/db: 1 of 2 new pods ready"},
+		{"a DaemonSet on every node passes", ds(nil), canary.ResultPass, "1 of 1 workloads rolled out"},
+		{"a DaemonSet short of updated nodes says so in its terms", ds(func(m *canary.WaveWorkload) { m.Status.UpdatedReplicas = 2 }),
+			canary.ResultPending, "1 of 1 workloads rolling out: DaemonSet/agent: 2 of 3 nodes run an updated pod (updatedNumberScheduled)"},
+		{"a DaemonSet short of available nodes says so in its terms", ds(func(m *canary.WaveWorkload) { m.Status.AvailableReplicas = 1 }),
+			canary.ResultPending, "1 of 1 workloads rolling out: DaemonSet/agent: 1 of 3 nodes run an available pod (numberAvailable)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := RolloutGate{}.Evaluate(context.Background(), wave(tt.m), t0)
 			assert.Equal(t, tt.result, v.Result)
 			assert.Equal(t, tt.reason, v.Reason)
 		})

@@ -289,9 +289,12 @@ func (g *MetricGate) Name() string { return g.Check.Name }
 func (g *MetricGate) Query(wave canary.WaveUnderTest, now time.Time) (string, error) {
 	names := make([]string, 0, len(wave.Workloads))
 	for _, m := range wave.Workloads {
-		names = append(names, regexp.QuoteMeta(m.Name))
+		// Istio labels a workload's series with its object's name, whatever
+		// its kind.
+		names = append(names, regexp.QuoteMeta(m.ObjectName()))
 	}
 	sort.Strings(names)
+	names = slices.Compact(names)
 	p := QueryParams{Namespace: wave.Namespace, Workloads: promqlString(strings.Join(names, "|")), Window: model.Duration(g.Window).String(), GroupBy: g.Check.GroupBy}
 	value, err := render(g.query, p)
 	if err != nil {
@@ -465,7 +468,7 @@ func (g *MetricGate) Judge(wave canary.WaveUnderTest, vec model.Vector) canary.V
 	var fails, unsure, oks []string
 	var measures []canary.Measurement
 	for _, m := range wave.Workloads {
-		s := by[m.Name]
+		s := by[m.ObjectName()]
 		if s == nil {
 			s = &sample{}
 		}

@@ -234,3 +234,21 @@ func TestAnAnswerWithoutAValueIsInconclusive(t *testing.T) {
 	assert.Equal(t, canary.ResultInconclusive, v.Result)
 	assert.Equal(t, "the query returned nothing, not a vector", v.Reason)
 }
+
+func TestAStatefulSetIsQueriedAndJudgedByItsObjectName(t *testing.T) {
+	g, err := NewMetricGate(ErrorRateCheck(0.05, 1, 50), &fakeProm{}, time.Minute, time.Second, time.Minute, 0)
+	require.NoError(t, err)
+	db := member("StatefulSet/db", pod("db-0", "1-26"))
+	db.Kind = canary.KindStatefulSet
+	q, err := g.Query(wave(db, member("web", pod("w", "1-26"))), t0.Add(2*time.Minute))
+	require.NoError(t, err)
+	m := regexp.MustCompile(`destination_workload=~("(?:[^"\\]|\\.)*")`).FindStringSubmatch(q)
+	require.NotNil(t, m, q)
+	assert.Equal(t, `"db|web"`, m[1], "Istio labels a StatefulSet's series with its name")
+
+	v := g.Judge(wave(db), model.Vector{series("db", "value", 0.5), series("db", "requests", 600)})
+	assert.Equal(t, canary.ResultFail, v.Result)
+	assert.Equal(t, "StatefulSet/db: 50.00% > threshold 5.00%", v.Reason)
+	require.Len(t, v.Failed, 1)
+	assert.Equal(t, "StatefulSet/db", v.Failed[0].Name)
+}

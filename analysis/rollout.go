@@ -61,10 +61,13 @@ func (RolloutGate) Evaluate(_ context.Context, wave canary.WaveUnderTest, now ti
 	return canary.Verdict{Result: canary.ResultPass, Reason: fmt.Sprintf("%d of %d workloads rolled out", len(wave.Workloads), len(wave.Workloads))}
 }
 
-// RolledOut reports whether a Deployment has finished rolling out, and if
+// RolledOut reports whether a workload has finished rolling out, and if
 // not, what it is waiting for. The new pods' readiness comes before the old
 // pods: while a surge keeps an old pod up, the reason that matters is why
-// the new one is not ready.
+// the new one is not ready. Each kind is read in its controller's terms: a
+// StatefulSet is done when its currentRevision reached its
+// updateRevision, a DaemonSet when every node it wants runs an updated,
+// available pod.
 func RolledOut(w canary.Workload) (bool, string) {
 	want := w.Replicas
 	s := w.Status
@@ -79,19 +82,26 @@ func RolledOut(w canary.Workload) (bool, string) {
 		}
 	}
 	sort.Strings(old)
+	kind := w.KindOf()
+	updated, available := "replicas updated", "replicas available"
+	if kind == canary.KindDaemonSet {
+		updated, available = "nodes run an updated pod (updatedNumberScheduled)", "nodes run an available pod (numberAvailable)"
+	}
 	switch {
 	case s.ObservedGeneration < w.Generation:
-		return false, fmt.Sprintf("the deployment controller has not seen generation %d yet", w.Generation)
+		return false, fmt.Sprintf("the %s controller has not seen generation %d yet", strings.ToLower(string(kind)), w.Generation)
 	case s.UpdatedReplicas < want:
-		return false, fmt.Sprintf("%d of %d replicas updated%s", s.UpdatedReplicas, want, podTrouble(w))
+		return false, fmt.Sprintf("%d of %d %s%s", s.UpdatedReplicas, want, updated, podTrouble(w))
 	case newReady < want:
 		return false, fmt.Sprintf("%d of %d new pods ready%s", newReady, want, podTrouble(w))
 	case s.AvailableReplicas < want:
-		return false, fmt.Sprintf("%d of %d replicas available", s.AvailableReplicas, want)
+		return false, fmt.Sprintf("%d of %d %s", s.AvailableReplicas, want, available)
 	case len(old) > 0:
 		return false, fmt.Sprintf("old pods still present: %s", strings.Join(old, ", "))
 	case s.Replicas > want:
 		return false, fmt.Sprintf("%d old replicas still running", s.Replicas-want)
+	case kind == canary.KindStatefulSet && s.CurrentRevision != s.UpdateRevision:
+		return false, fmt.Sprintf("currentRevision %s has not reached updateRevision %s", s.CurrentRevision, s.UpdateRevision)
 	}
 	return true, ""
 }

@@ -3,6 +3,7 @@ package canary
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -57,12 +58,16 @@ const (
 // message names the key, the object, the value and what was expected.
 type InputError struct {
 	Key string
-	// Kind is "namespace" or "deployment"; Namespace and Name locate it.
+	// Kind is "namespace", or a workload's kind in lower case
+	// ("deployment", "statefulset", "daemonset"); Namespace and Name locate
+	// it.
 	Kind      string
 	Namespace string
 	Name      string
-	Value     string
-	Expected  string
+	// Workload is the workload's ID; "" for a namespace.
+	Workload string
+	Value    string
+	Expected string
 }
 
 // Object names the object the way the message does: "namespace shop" or
@@ -165,19 +170,21 @@ func ParseNamespace(name string, annotations map[string]string) (NamespaceSettin
 	return s, errs
 }
 
-// WorkloadSettings are the validated annotations of a Deployment.
+// WorkloadSettings are the validated annotations of a workload.
 type WorkloadSettings struct {
 	Wave             int
 	Skip             bool
 	ReadinessTimeout time.Duration // 0 means the configured default
 }
 
-// ParseWorkload validates a Deployment's meshwave annotations.
-func ParseWorkload(namespace, name string, annotations map[string]string) (WorkloadSettings, []InputError) {
+// ParseWorkload validates a workload's meshwave annotations; id is its
+// WorkloadID.
+func ParseWorkload(namespace, id string, annotations map[string]string) (WorkloadSettings, []InputError) {
 	s := WorkloadSettings{Wave: DefaultWave}
 	var errs []InputError
+	kind, name := kindOfID(id), id[strings.Index(id, "/")+1:]
 	bad := func(key, value, expected string) {
-		errs = append(errs, InputError{Key: key, Kind: "deployment", Namespace: namespace, Name: name, Value: value, Expected: expected})
+		errs = append(errs, InputError{Key: key, Kind: strings.ToLower(string(kind)), Namespace: namespace, Name: name, Workload: id, Value: value, Expected: expected})
 	}
 	if v, ok := annotations[AnnotationWave]; ok {
 		w, err := strconv.Atoi(v)

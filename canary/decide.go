@@ -115,16 +115,17 @@ const (
 	EventWarning EventType = "Warning"
 )
 
-// Event is a Kubernetes Event to record on the namespace or a Deployment.
+// Event is a Kubernetes Event to record on the namespace or a workload.
 type Event struct {
-	// Deployment is the Deployment the event is about; "" for the namespace.
-	Deployment string
-	Type       EventType
-	Reason     string
-	Message    string
+	// Workload is the ID of the workload the event is about; "" for the
+	// namespace.
+	Workload string
+	Type     EventType
+	Reason   string
+	Message  string
 }
 
-// Move is one Deployment patch.
+// Move is one workload patch.
 type Move struct {
 	Workload string
 	Record   MoveRecord
@@ -143,7 +144,7 @@ type Decision struct {
 	Status *Status
 	// Label is the istio.io/rev value to set; "" leaves it.
 	Label string
-	// Moves are the Deployment patches.
+	// Moves are the workload patches.
 	Moves []Move
 	// SetPaused adds meshwave.io/paused: "true": meshwave paused the
 	// namespace and a person removes the annotation to resume.
@@ -357,13 +358,9 @@ func (d *decider) blockInvalid(prev *Status, errs []InputError) {
 		return
 	}
 	for _, e := range errs {
-		dep := ""
-		if e.Kind == "deployment" {
-			dep = e.Name
-		}
-		d.event(dep, EventWarning, "InvalidAnnotation", e.Error())
+		d.event(e.Workload, EventWarning, "InvalidAnnotation", e.Error())
 	}
-	if len(errs) > 0 && errs[0].Kind == "deployment" {
+	if len(errs) > 0 && errs[0].Workload != "" {
 		d.event("", EventWarning, "InvalidAnnotation", st.Reason)
 	}
 }
@@ -463,7 +460,7 @@ func (d *decider) precheck() (reason string, retry bool, source, sourceRev strin
 		}
 	}
 	if !injected {
-		return fmt.Sprintf("nothing to migrate: no Deployment has an injected pod; %s stays %s", LabelRev, label), false, "", ""
+		return fmt.Sprintf("nothing to migrate: no workload has an injected pod; %s stays %s", LabelRev, label), false, "", ""
 	}
 	return "", false, source, sourceRev
 }
@@ -516,12 +513,12 @@ func (d *decider) warnings(plan NamespacePlan) []string {
 	}
 	for _, w := range sortedWorkloads(d.snap.Workloads) {
 		if inPlan[w.Name] && w.Replicas == 1 && !w.HasPDB {
-			out = append(out, fmt.Sprintf("deployment %s has one replica and no PodDisruptionBudget: it is unavailable while it restarts", w.Name))
+			out = append(out, fmt.Sprintf("%s has one replica and no PodDisruptionBudget: it is unavailable while it restarts", describe(w.Name)))
 		}
 	}
 	for _, x := range plan.Excluded {
 		if strings.HasPrefix(x.Reason, "gateway") {
-			out = append(out, fmt.Sprintf("deployment %s is a %s and is skipped: once %s switches, a restarted gateway pod is injected by %s", x.Workload, x.Reason, LabelRev, d.st.TargetRevision))
+			out = append(out, fmt.Sprintf("%s is a %s and is skipped: once %s switches, a restarted gateway pod is injected by %s", describe(x.Workload), x.Reason, LabelRev, d.st.TargetRevision))
 		}
 	}
 	if len(out) > maxWarnings {
@@ -639,7 +636,7 @@ func (d *decider) ensureMoves() bool {
 	for _, m := range st.Workloads {
 		w, ok := byName[m.Name]
 		if !ok {
-			d.event("", EventWarning, "WorkloadGone", fmt.Sprintf("deployment %s left wave %d: it no longer exists", m.Name, st.Wave))
+			d.event("", EventWarning, "WorkloadGone", fmt.Sprintf("%s left wave %d: it no longer exists", describe(m.Name), st.Wave))
 			continue
 		}
 		if m.State == StateMoving || m.State == StateFailed {
@@ -1465,7 +1462,7 @@ func (d *decider) summarize(prev *Status) {
 }
 
 func (d *decider) event(deployment string, typ EventType, reason, message string) {
-	d.out.Events = append(d.out.Events, Event{Deployment: deployment, Type: typ, Reason: reason, Message: cut(message, maxEventMessage)})
+	d.out.Events = append(d.out.Events, Event{Workload: deployment, Type: typ, Reason: reason, Message: cut(message, maxEventMessage)})
 }
 
 // Bounds of the text meshwave writes: an Event's message, and the status

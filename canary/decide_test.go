@@ -255,7 +255,7 @@ func TestInvalidAnnotationsBlockTheNamespaceAndWriteNothingElse(t *testing.T) {
 	assert.False(t, d.SetPaused)
 	assert.Zero(t, d.RequeueAfter, "retrying invalid input does not help")
 	assert.Equal(t, []Event{
-		{Deployment: "cart", Type: EventWarning, Reason: "InvalidAnnotation", Message: `meshwave.io/wave on deployment shop/cart: "abc" is not a non-negative integer`},
+		{Workload: "cart", Type: EventWarning, Reason: "InvalidAnnotation", Message: `meshwave.io/wave on deployment shop/cart: "abc" is not a non-negative integer`},
 		{Type: EventWarning, Reason: "InvalidAnnotation", Message: `invalid input: meshwave.io/wave on deployment shop/cart: "abc" is not a non-negative integer`},
 	}, d.Events)
 
@@ -309,7 +309,7 @@ func TestPrechecks(t *testing.T) {
 			for i := range s.Workloads {
 				notInjected()(&s.Workloads[i])
 			}
-		}, "precheck failed: nothing to migrate: no Deployment has an injected pod; istio.io/rev stays 1-25", false},
+		}, "precheck failed: nothing to migrate: no workload has an injected pod; istio.io/rev stays 1-25", false},
 		{"istio-injection takes precedence over istio.io/rev", func(s *Snapshot) { s.Namespace.Labels[LabelInjection] = "enabled" },
 			"precheck failed: namespace carries istio-injection=enabled, which takes precedence over istio.io/rev, so switching istio.io/rev would move nothing; move it to istio.io/rev first", false},
 		{"a namespace without istio.io/rev is left alone", func(s *Snapshot) { delete(s.Namespace.Labels, LabelRev) },
@@ -342,7 +342,7 @@ func TestPrecheckWarnsAboutSingleReplicasWithoutPDBAndReportsGateways(t *testing
 		"deployment solo has one replica and no PodDisruptionBudget: it is unavailable while it restarts",
 		"deployment ingress is a gateway (operator.istio.io/component=IngressGateways) and is skipped: once istio.io/rev switches, a restarted gateway pod is injected by 1-26",
 	}, d.Status.Warnings)
-	assert.Contains(t, s.events, Event{Deployment: "ingress", Type: EventNormal, Reason: "Skipped", Message: "gateway (operator.istio.io/component=IngressGateways): never restarted by meshwave; migrate it after its namespace"})
+	assert.Contains(t, s.events, Event{Workload: "ingress", Type: EventNormal, Reason: "Skipped", Message: "gateway (operator.istio.io/component=IngressGateways): never restarted by meshwave; migrate it after its namespace"})
 }
 
 func TestAdmit(t *testing.T) {
@@ -399,7 +399,7 @@ func TestAFailedWaveUnderPausePausesAndResumesWithFreshTimers(t *testing.T) {
 	assert.Equal(t, "wave 1 failed: rollout fail: a did not roll out within 5m0s: 1 of 2 updated replicas available; paused by failure policy Pause", d.Status.Reason)
 	assert.Equal(t, []WorkloadState{{Name: "a", State: StateFailed, Reason: "a did not roll out within 5m0s: 1 of 2 updated replicas available"}}, d.Status.Workloads)
 	assert.Equal(t, Counts{Total: 2, Pending: 1, Failed: 1}, d.Status.Counts)
-	assert.Contains(t, s.events, Event{Deployment: "a", Type: EventWarning, Reason: "WorkloadFailed", Message: "wave 1, rollout: a did not roll out within 5m0s: 1 of 2 updated replicas available"})
+	assert.Contains(t, s.events, Event{Workload: "a", Type: EventWarning, Reason: "WorkloadFailed", Message: "wave 1, rollout: a did not roll out within 5m0s: 1 of 2 updated replicas available"})
 
 	d = s.decide(nil)
 	assert.Nil(t, d.Status, "paused stays paused")

@@ -18,7 +18,7 @@ func deploy(name string, opts ...wopt) Workload {
 		TemplateLabels:      map[string]string{"app": name},
 		TemplateAnnotations: map[string]string{},
 		Replicas:            2, Generation: 1,
-		Status: DeploymentStatus{ObservedGeneration: 1, Replicas: 2, UpdatedReplicas: 2, ReadyReplicas: 2, AvailableReplicas: 2},
+		Status: RolloutStatus{ObservedGeneration: 1, Replicas: 2, UpdatedReplicas: 2, ReadyReplicas: 2, AvailableReplicas: 2},
 	}
 	for i := 0; i < 2; i++ {
 		w.Pods = append(w.Pods, Pod{
@@ -55,7 +55,7 @@ func label(k, v string) wopt { return func(w *Workload) { w.Labels[k] = v } }
 func replicas(n int32) wopt {
 	return func(w *Workload) {
 		w.Replicas = n
-		w.Status = DeploymentStatus{ObservedGeneration: 1, Replicas: n, UpdatedReplicas: n, ReadyReplicas: n, AvailableReplicas: n}
+		w.Status = RolloutStatus{ObservedGeneration: 1, Replicas: n, UpdatedReplicas: n, ReadyReplicas: n, AvailableReplicas: n}
 		w.Pods = w.Pods[:n]
 	}
 }
@@ -79,7 +79,7 @@ func snap(ws ...Workload) Snapshot {
 			Annotations: map[string]string{AnnotationTargetRevision: "1-26"},
 		},
 		Workloads: ws,
-		Mesh:        mesh(),
+		Mesh:      mesh(),
 	}
 }
 
@@ -97,4 +97,12 @@ func waveNames(p NamespacePlan) [][]string {
 		out = append(out, names(w))
 	}
 	return out
+}
+
+// kind makes a workload of another kind: its ID becomes Kind/name.
+func kind(k Kind) wopt {
+	return func(w *Workload) {
+		w.Kind = k
+		w.Name = WorkloadID(k, w.Name)
+	}
 }

@@ -283,7 +283,7 @@ func TestARefusedPatchFailsTheWaveWithTheAnswer(t *testing.T) {
 	require.NotNil(t, d.Status)
 	assert.Equal(t, PhaseRolledBack, d.Status.Phase, "the failure policy applies; a never moved, so nothing is restarted")
 	assert.Equal(t, `rolled back 0 workloads to 1-25 (none of this migration's workloads is left to return): wave 1 failed: restart fail: the apiserver refused to restart a: admission webhook "policy.example" denied the request (403 Forbidden)`, d.Status.Reason)
-	assert.Contains(t, s.events, Event{Deployment: "a", Type: EventWarning, Reason: "WorkloadFailed",
+	assert.Contains(t, s.events, Event{Workload: "a", Type: EventWarning, Reason: "WorkloadFailed",
 		Message: `wave 1, restart: the apiserver refused to restart a: admission webhook "policy.example" denied the request (403 Forbidden)`})
 	assert.Empty(t, d.Moves)
 	assert.Zero(t, s.patches["a"])
@@ -459,7 +459,7 @@ func TestARemovedMoveRecordIsWrittenBackWithoutARestart(t *testing.T) {
 	require.Len(t, d.Moves, 1)
 	assert.True(t, d.Moves[0].RecordOnly)
 	assert.JSONEq(t, `{"metadata":{"annotations":{"meshwave.io/move":"{\"revision\":\"1-26\",\"from\":\"1-25\",\"wave\":1,\"at\":\"2026-11-29T12:00:00Z\",\"migration\":\"1-26@2026-11-29T12:00:00Z\"}"},"resourceVersion":"100"}}`, string(d.Moves[0].Patch))
-	assert.Equal(t, []Event{{Deployment: "a", Type: EventWarning, Reason: "MoveRecordRestored",
+	assert.Equal(t, []Event{{Workload: "a", Type: EventWarning, Reason: "MoveRecordRestored",
 		Message: "a had no readable meshwave.io/move record of wave 1, but its template was restarted at " + stamp + ", after the wave started: the record is written back, and a is not restarted again"}}, d.Events)
 	assert.Equal(t, 1, s.patches["a"])
 	assert.Equal(t, stamp, s.snap.Workloads[0].TemplateAnnotations[AnnotationRestartedAt])

@@ -77,3 +77,21 @@ func (w Workload) KindOf() Kind {
 	}
 	return w.Kind
 }
+
+// kindOfID is the kind an ID names, without validating it.
+func kindOfID(id string) Kind {
+	if k, _, found := strings.Cut(id, "/"); found {
+		return Kind(k)
+	}
+	return KindDeployment
+}
+
+// describe names a workload in a message: "deployment cart",
+// "statefulset db".
+func describe(id string) string {
+	kind, name := kindOfID(id), id
+	if _, n, found := strings.Cut(id, "/"); found {
+		name = n
+	}
+	return strings.ToLower(string(kind)) + " " + name
+}

@@ -81,10 +81,12 @@ const MaxWaveSize = maxMembers
 // is zero the first wave is the canary.
 //
 // A workload is left out when it is a gateway, carries meshwave.io/skip,
-// has no injected pod, or already runs the target on every pod. A workload
+// is paused, is a StatefulSet with a partition, has the OnDelete update
+// strategy, has no injected pod, or already runs the target on every pod. A workload
 // the migration already moved (it carries this migration's move record) is
 // counted as moved instead. The rest are ordered by meshwave.io/wave, then
-// name, and cut into waves that never mix two meshwave.io/wave values.
+// kind (Deployments, StatefulSets, DaemonSets), then name, and cut into
+// waves that never mix two meshwave.io/wave values.
 //
 // For example, with CanarySize 1, BatchSize 2 and workloads a(0) b(1) c(1)
 // d(1) e(100): the waves are [a] [b c] [d] [e].
@@ -123,6 +125,14 @@ func PlanNamespace(ns string, deployments []Workload, targetRevision, migration 
 			plan.Excluded = append(plan.Excluded, Exclusion{w.Name, "paused (spec.paused): a restart would not roll out"})
 			continue
 		}
+		if w.Partition > 0 {
+			plan.Excluded = append(plan.Excluded, Exclusion{w.Name, fmt.Sprintf("statefulset partition %d keeps the pods below ordinal %d on their old template: a restart would not reach them", w.Partition, w.Partition)})
+			continue
+		}
+		if w.OnDelete {
+			plan.Excluded = append(plan.Excluded, Exclusion{w.Name, fmt.Sprintf("%s updateStrategy OnDelete: a restart of its template replaces no pod", strings.ToLower(string(w.KindOf())))})
+			continue
+		}
 		live, injected, onTarget := 0, 0, 0
 		for _, p := range w.Pods {
 			if p.Terminating {
@@ -145,10 +155,14 @@ func PlanNamespace(ns string, deployments []Workload, targetRevision, migration 
 			todo = append(todo, Planned{Name: w.Name, Group: settings.Wave})
 		}
 	}
-	// Names are unique, so the order is total.
+	// Within a meshwave.io/wave value, Deployments go first, then
+	// StatefulSets, then DaemonSets. IDs are unique, so the order is total.
 	slices.SortFunc(todo, func(a, b Planned) int {
 		if a.Group != b.Group {
 			return cmp.Compare(a.Group, b.Group)
+		}
+		if ka, kb := kindOfID(a.Name).rank(), kindOfID(b.Name).rank(); ka != kb {
+			return cmp.Compare(ka, kb)
 		}
 		return strings.Compare(a.Name, b.Name)
 	})

@@ -62,6 +62,30 @@ func TestPlanNamespace(t *testing.T) {
 			waves: [][]string{{"a"}},
 		},
 		{
+			name: "within a wave value, Deployments go first, then StatefulSets, then DaemonSets; the wave annotation overrides",
+			ws: []Workload{
+				deploy("agent", kind(KindDaemonSet)), deploy("db", kind(KindStatefulSet)), deploy("zed"), deploy("api"),
+				deploy("cache", kind(KindStatefulSet), waveAnn("0")), deploy("web"),
+			},
+			wavesRun: 1,
+			waves:    [][]string{{"StatefulSet/cache"}, {"api", "web"}, {"zed", "StatefulSet/db"}, {"DaemonSet/agent"}},
+		},
+		{
+			name: "a StatefulSet with a partition or an OnDelete strategy is left out with the reason, naming its kind",
+			ws: []Workload{
+				deploy("db", kind(KindStatefulSet), func(w *Workload) { w.Partition = 2 }),
+				deploy("ledger", kind(KindStatefulSet), func(w *Workload) { w.OnDelete = true }),
+				deploy("logs", kind(KindDaemonSet), func(w *Workload) { w.OnDelete = true }),
+				deploy("queue", kind(KindStatefulSet)),
+			},
+			waves: [][]string{{"StatefulSet/queue"}},
+			excluded: []Exclusion{
+				{"DaemonSet/logs", "daemonset updateStrategy OnDelete: a restart of its template replaces no pod"},
+				{"StatefulSet/db", "statefulset partition 2 keeps the pods below ordinal 2 on their old template: a restart would not reach them"},
+				{"StatefulSet/ledger", "statefulset updateStrategy OnDelete: a restart of its template replaces no pod"},
+			},
+		},
+		{
 			name: "terminating pods do not count",
 			ws: []Workload{deploy("a", func(w *Workload) {
 				w.Pods[0].Revision = "1-26"

@@ -10,9 +10,9 @@ import (
 // Snapshot is what the agent gathered about one namespace: plain data read
 // from the informer caches, so that every decision is a pure function of it.
 type Snapshot struct {
-	Namespace   Namespace
+	Namespace Namespace
 	Workloads []Workload
-	Mesh        Mesh
+	Mesh      Mesh
 	// Peers are the other namespaces that opted in, for priority order and
 	// concurrency.
 	Peers []Peer
@@ -36,24 +36,40 @@ type Workload struct {
 	Annotations         map[string]string
 	TemplateLabels      map[string]string
 	TemplateAnnotations map[string]string
-	Replicas            int32
+	// Replicas is how many pods it wants: a DaemonSet's desired number
+	// scheduled.
+	Replicas int32
 	// Paused is the Deployment's spec.paused: a paused Deployment does not
 	// roll out a new template.
-	Paused     bool
+	Paused bool
+	// OnDelete is true for a StatefulSet or DaemonSet whose update strategy
+	// is OnDelete: a new template reaches a pod only when it is deleted.
+	OnDelete bool
+	// Partition is a StatefulSet's rolling update partition: pods with a
+	// lower ordinal keep the old template.
+	Partition  int32
 	Generation int64
-	Status     DeploymentStatus
+	Status     RolloutStatus
 	Pods       []Pod
 	// HasPDB is true when a PodDisruptionBudget selects its pods.
 	HasPDB bool
 }
 
-// DeploymentStatus is the part of a Deployment's status the rollout gate reads.
-type DeploymentStatus struct {
+// RolloutStatus is the part of a workload's status the rollout gate reads,
+// in a Deployment's terms. A DaemonSet's status maps onto it: Replicas is
+// its current number scheduled, UpdatedReplicas its updated number
+// scheduled, ReadyReplicas and AvailableReplicas its number ready and
+// available.
+type RolloutStatus struct {
 	ObservedGeneration int64
 	Replicas           int32
 	UpdatedReplicas    int32
 	ReadyReplicas      int32
 	AvailableReplicas  int32
+	// CurrentRevision and UpdateRevision are a StatefulSet's: its rollout
+	// is over when they are equal.
+	CurrentRevision string
+	UpdateRevision  string
 }
 
 // Pod is the part of a pod meshwave reads.
@@ -65,8 +81,9 @@ type Pod struct {
 	Running     bool
 	Ready       bool
 	Terminating bool
-	// Current is true when the pod belongs to the Deployment's newest
-	// ReplicaSet.
+	// Current is true when the pod runs the workload's newest template: it
+	// belongs to the Deployment's newest ReplicaSet, or carries the
+	// StatefulSet's update revision or the DaemonSet's template.
 	Current bool
 	// Revision is the revision in sidecar.istio.io/status; "" when the pod
 	// was not injected.

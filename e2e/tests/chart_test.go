@@ -286,9 +286,9 @@ func TestTheChartInstallsAndItsRBACSuffices(t *testing.T) {
 		{"a container image", "deployments", "a", imagePatch, "meshwave may not change a Deployment's pod spec, selector, replicas or rollout settings"},
 		{"replicas", "deployments", "a", []byte(`{"spec":{"replicas":5}}`), "meshwave may not change a Deployment's pod spec, selector, replicas or rollout settings"},
 		{"a pod template annotation it does not persist", "deployments", "a", []byte(`{"spec":{"template":{"metadata":{"annotations":{"prometheus.io/scrape":"false"}}}}}`), "meshwave may only write the restart stamp and the persisted sidecar settings into a pod template"},
-		{"a Deployment finalizer", "deployments", "a", []byte(`{"metadata":{"finalizers":["example.com/hold"]}}`), "meshwave may not change the finalizers or owners of a namespace or Deployment"},
-		{"a Deployment owner", "deployments", "a", []byte(`{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"ghost","uid":"6f1b2c3d-0000-4000-8000-000000000001"}]}}`), "meshwave may not change the finalizers or owners of a namespace or Deployment"},
-		{"a namespace finalizer", "namespaces", ns, []byte(`{"metadata":{"finalizers":["example.com/hold"]}}`), "meshwave may not change the finalizers or owners of a namespace or Deployment"},
+		{"a Deployment finalizer", "deployments", "a", []byte(`{"metadata":{"finalizers":["example.com/hold"]}}`), "meshwave may not change the finalizers or owners of a namespace or workload"},
+		{"a Deployment owner", "deployments", "a", []byte(`{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"ghost","uid":"6f1b2c3d-0000-4000-8000-000000000001"}]}}`), "meshwave may not change the finalizers or owners of a namespace or workload"},
+		{"a namespace finalizer", "namespaces", ns, []byte(`{"metadata":{"finalizers":["example.com/hold"]}}`), "meshwave may not change the finalizers or owners of a namespace or workload"},
 		{"another namespace label", "namespaces", ns, []byte(`{"metadata":{"labels":{"team":"evil"}}}`), "meshwave may change only the istio.io/rev label of a namespace"},
 		{"another namespace annotation", "namespaces", ns, []byte(`{"metadata":{"annotations":{"owner":"evil"}}}`), "meshwave may change only meshwave.io/ annotations of a namespace"},
 	} {

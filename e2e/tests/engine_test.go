@@ -136,7 +136,7 @@ func TestANamespaceWithoutInjectedPodsIsLeftAlone(t *testing.T) {
 	startAgent(t, f, testConfig(f), counter, "agent-1")
 
 	st := waitForPhase(f, ns, canary.PhaseBlocked, time.Minute)
-	assert.Equal(t, "precheck failed: nothing to migrate: no Deployment has an injected pod; istio.io/rev stays 1-25", st.Reason)
+	assert.Equal(t, "precheck failed: nothing to migrate: no workload has an injected pod; istio.io/rev stays 1-25", st.Reason)
 	waitForEvent(f, "Namespace", "", ns, "PrecheckFailed: nothing to migrate")
 	n, err := f.Client.CoreV1().Namespaces().Get(f.Ctx, ns, metav1.GetOptions{})
 	require.NoError(t, err)
