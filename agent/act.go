@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -53,6 +54,9 @@ func (c *Controller) act(ctx context.Context, ns *corev1.Namespace, prev *canary
 	}
 	failed, refused, err := c.applyMoves(spanCtx, ns.Name, d.Moves)
 	var events []canary.Event
+	if err == nil {
+		events = c.applyEvictions(spanCtx, ns.Name, d.Evictions)
+	}
 	for _, e := range d.Events {
 		if (e.Reason == "Restarted" || e.Reason == "MoveRecordRestored") && failed[e.Workload] {
 			continue
@@ -91,7 +95,7 @@ func (c *Controller) writeNamespace(ctx context.Context, ns *corev1.Namespace, p
 		annotations[canary.AnnotationRollback] = nil
 	}
 	fenceOnly := len(annotations) == 0 && d.Label == ""
-	if fenceOnly && len(d.Moves) == 0 {
+	if fenceOnly && len(d.Moves) == 0 && len(d.Evictions) == 0 {
 		return nil
 	}
 	// Restarts decided with nothing to change on the namespace still go
@@ -222,6 +226,52 @@ func (c *Controller) patchWorkload(ctx context.Context, ns, id string, patch []b
 	}
 	return apps.Deployments(ns).Patch(ctx, name, types.MergePatchType, patch, opts)
 }
+
+// applyEvictions evicts the pods of OnDelete workloads the decision chose,
+// through the Eviction API so that PodDisruptionBudgets are honoured, each
+// bound to the pod's UID so that a pod its controller already recreated
+// under the same name is never evicted by mistake. A budget that allows
+// no disruption now answers 429: the pod is evicted on a later reconcile.
+// It returns the Events to record.
+func (c *Controller) applyEvictions(ctx context.Context, ns string, evictions []canary.Eviction) []canary.Event {
+	logger := klog.FromContext(ctx)
+	var events []canary.Event
+	for _, e := range evictions {
+		_, span := c.tracer.Start(ctx, "evict "+e.Pod, attrNS.String(ns), attrWorkload.String(e.Workload))
+		uid := types.UID(e.UID)
+		// Tried once: a 429 is a budget's answer, not a busy apiserver, and
+		// any failure is tried again by a later decision.
+		err := c.client.PolicyV1().Evictions(ns).Evict(ctx, &policyv1.Eviction{
+			ObjectMeta:    metav1.ObjectMeta{Name: e.Pod, Namespace: ns},
+			DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}},
+		})
+		switch {
+		case err == nil:
+			c.expect.expectEviction(ns, e.Pod, e.UID, c.clock.Now())
+			logger.Info("Evicted pod", "workload", e.Workload, "pod", e.Pod)
+			events = append(events, canary.Event{Workload: e.Workload, Type: canary.EventNormal, Reason: "PodEvicted", Message: e.Message})
+		case apierrors.IsTooManyRequests(err):
+			logger.Info("A disruption budget holds the eviction for now", "workload", e.Workload, "pod", e.Pod, "answer", answer(err))
+			events = append(events, canary.Event{Workload: e.Workload, Type: canary.EventNormal, Reason: "EvictionWaiting",
+				Message: fmt.Sprintf("pod %s waits for its PodDisruptionBudget to allow an eviction: %s", e.Pod, answer(err))})
+			c.queue.AddAfter(ns, evictionRetry)
+		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+			// Gone or already replaced: the next decision sees it.
+		case transient(err):
+			c.queue.AddAfter(ns, evictionRetry)
+		default:
+			span.SetStatus(codes.Error, err.Error())
+			events = append(events, canary.Event{Workload: e.Workload, Type: canary.EventWarning, Reason: "EvictionRefused",
+				Message: fmt.Sprintf("the apiserver refused to evict pod %s: %s", e.Pod, answer(err))})
+		}
+		span.End()
+	}
+	return events
+}
+
+// evictionRetry is how soon an eviction a disruption budget held is tried
+// again.
+const evictionRetry = 5 * time.Second
 
 // retryTransient runs a write, retrying it with exponential backoff while
 // the apiserver answers with a transient error (429, 5xx, a timeout), for

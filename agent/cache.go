@@ -164,6 +164,7 @@ func slimPod(p *corev1.Pod, keep map[string]bool) *corev1.Pod {
 			Labels: p.Labels, OwnerReferences: p.OwnerReferences,
 			CreationTimestamp: p.CreationTimestamp, DeletionTimestamp: p.DeletionTimestamp,
 		},
+		Spec:   corev1.PodSpec{NodeName: p.Spec.NodeName},
 		Status: corev1.PodStatus{Phase: p.Status.Phase, PodIP: p.Status.PodIP},
 	}
 	for k, v := range p.Annotations {

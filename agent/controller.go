@@ -319,7 +319,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	if !concerns(ns) {
 		return nil
 	}
-	if !c.expect.satisfied(ns, c.cachedWorkload(ns.Name), c.clock.Now()) {
+	if !c.expect.satisfied(ns, c.cachedWorkload(ns.Name), c.cachedPod(ns.Name), c.clock.Now()) {
 		// Our last writes are not in the cache yet; their events requeue
 		// the namespace, and this is a backstop.
 		c.queue.AddAfter(key, 200*time.Millisecond)
@@ -395,6 +395,18 @@ func (c *Controller) cachedWorkload(ns string) func(string) (string, string, boo
 			return "", "", false
 		}
 		return m.GetResourceVersion(), m.GetAnnotations()[canary.AnnotationMove], true
+	}
+}
+
+// cachedPod returns a pod's UID in the cache, and whether it is there and
+// not being deleted.
+func (c *Controller) cachedPod(ns string) func(string) (string, bool) {
+	return func(name string) (string, bool) {
+		p, err := c.caches.Pods.Pods(ns).Get(name)
+		if err != nil || p.DeletionTimestamp != nil {
+			return "", false
+		}
+		return string(p.UID), true
 	}
 }
 

@@ -34,7 +34,10 @@ type written struct {
 type nsExpectation struct {
 	namespace *written            // the namespace write: its status annotation
 	label     string              // the istio.io/rev value it set, if any
-	moves     map[string]*written // deployment -> its patch: move record annotation
+	moves     map[string]*written // workload ID -> its patch: move record annotation
+	// evictions are the pods evicted, by name, with their UIDs: the cache
+	// has caught up when it shows each gone, going or replaced.
+	evictions map[string]string
 	deadline  time.Time
 }
 
@@ -47,7 +50,7 @@ func newExpectations() *expectations {
 func (e *expectations) get(ns string, now time.Time) *nsExpectation {
 	x, ok := e.byNS[ns]
 	if !ok {
-		x = &nsExpectation{moves: map[string]*written{}}
+		x = &nsExpectation{moves: map[string]*written{}, evictions: map[string]string{}}
 		e.byNS[ns] = x
 	}
 	x.deadline = now.Add(e.ttl)
@@ -69,6 +72,15 @@ func (e *expectations) expectMove(ns, deployment, resourceVersion, record string
 	e.get(ns, now).moves[deployment] = &written{resourceVersion: resourceVersion, value: record}
 }
 
+// expectEviction remembers a pod evicted: until the cache shows it gone or
+// going, the namespace is not decided on, so that no second pod of the
+// workload is evicted while the first still looks up.
+func (e *expectations) expectEviction(ns, pod, uid string, now time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.get(ns, now).evictions[pod] = uid
+}
+
 // caughtUp reports whether a cached object at resourceVersion cached shows
 // the write w; shows tells, when resourceVersions cannot be compared,
 // whether the object holds what was written.
@@ -83,9 +95,10 @@ func caughtUp(w *written, cached string, shows func() bool) bool {
 
 // satisfied reports whether the caches show every write expected for ns,
 // and forgets the expectation once they do or it expired. deployment
-// returns a cached Deployment's resourceVersion and move record, and
-// whether it exists.
-func (e *expectations) satisfied(ns *corev1.Namespace, deployment func(name string) (rv, record string, exists bool), now time.Time) bool {
+// returns a cached workload's resourceVersion and move record, and whether
+// it exists; pod returns a cached pod's UID and whether it exists without
+// a deletion timestamp.
+func (e *expectations) satisfied(ns *corev1.Namespace, deployment func(name string) (rv, record string, exists bool), pod func(name string) (uid string, live bool), now time.Time) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	x, ok := e.byNS[ns.Name]
@@ -104,6 +117,11 @@ func (e *expectations) satisfied(ns *corev1.Namespace, deployment func(name stri
 	for dep, w := range x.moves {
 		rv, record, exists := deployment(dep)
 		if exists && !caughtUp(w, rv, func() bool { return record == w.value }) {
+			return false
+		}
+	}
+	for name, uid := range x.evictions {
+		if got, live := pod(name); live && got == uid {
 			return false
 		}
 	}

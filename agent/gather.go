@@ -234,6 +234,8 @@ func podOf(p *corev1.Pod) canary.Pod {
 		CreatedAt:   p.CreationTimestamp.Time,
 		Running:     p.Status.Phase == corev1.PodRunning,
 		Terminating: p.DeletionTimestamp != nil,
+		Node:        p.Spec.NodeName,
+		UID:         string(p.UID),
 		Revision:    canary.SidecarRevision(p.Annotations),
 	}
 	for _, c := range p.Status.Conditions {

@@ -35,7 +35,7 @@ func TestANamespaceCacheBehindARollbackRestartsNothing(t *testing.T) {
 	require.NoError(t, c.sync(ctx, "shop"))
 	require.Eventually(t, func() bool {
 		ns, err := c.caches.Namespaces.Get("shop")
-		return err == nil && c.expect.satisfied(ns, c.cachedWorkload("shop"), now)
+		return err == nil && c.expect.satisfied(ns, c.cachedWorkload("shop"), c.cachedPod("shop"), now)
 	}, 5*time.Second, 10*time.Millisecond)
 	ns, err := c.caches.Namespaces.Get("shop")
 	require.NoError(t, err)

@@ -87,7 +87,7 @@ func TestARefusedNamespaceWriteHoldsNoSlot(t *testing.T) {
 		clock.Step(time.Second)
 		require.Eventually(t, func() bool {
 			ns, err := c.caches.Namespaces.Get("web")
-			return err == nil && c.expect.satisfied(ns, c.cachedWorkload("web"), clock.Now())
+			return err == nil && c.expect.satisfied(ns, c.cachedWorkload("web"), c.cachedPod("web"), clock.Now())
 		}, 5*time.Second, 10*time.Millisecond)
 		require.NoError(t, c.sync(ctx, "web"))
 		ns, err := client.CoreV1().Namespaces().Get(ctx, "web", metav1.GetOptions{})

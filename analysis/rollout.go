@@ -100,7 +100,8 @@ func RolledOut(w canary.Workload) (bool, string) {
 		return false, fmt.Sprintf("old pods still present: %s", strings.Join(old, ", "))
 	case s.Replicas > want:
 		return false, fmt.Sprintf("%d old replicas still running", s.Replicas-want)
-	case kind == canary.KindStatefulSet && s.CurrentRevision != s.UpdateRevision:
+	case kind == canary.KindStatefulSet && !w.OnDelete && s.CurrentRevision != s.UpdateRevision:
+		// Under OnDelete the controller never advances currentRevision.
 		return false, fmt.Sprintf("currentRevision %s has not reached updateRevision %s", s.CurrentRevision, s.UpdateRevision)
 	}
 	return true, ""

@@ -146,6 +146,9 @@ type Decision struct {
 	Label string
 	// Moves are the workload patches.
 	Moves []Move
+	// Evictions replace the pods of OnDelete members, one per workload at
+	// a time; they go out after the moves.
+	Evictions []Eviction
 	// SetPaused adds meshwave.io/paused: "true": meshwave paused the
 	// namespace and a person removes the annotation to resume.
 	SetPaused bool
@@ -765,6 +768,18 @@ func (d *decider) addMove(w Workload, rec MoveRecord, message string) {
 	d.event(w.Name, EventNormal, "Restarted", message)
 }
 
+// members are the wave's members the snapshot holds, in status order.
+func (d *decider) members() []Workload {
+	byName := d.workloads()
+	var out []Workload
+	for _, m := range d.st.Workloads {
+		if w, ok := byName[m.Name]; ok {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
 func (d *decider) workloads() map[string]Workload {
 	out := make(map[string]Workload, len(d.snap.Workloads))
 	for _, w := range d.snap.Workloads {
@@ -807,7 +822,9 @@ func (d *decider) judge() {
 	if notPassed && v.Result == ResultPending && !v.Checked {
 		// Progress (a rollout under way, a bake time running) is not
 		// written: it would cost a status write per pod that becomes
-		// ready, and the outcome is what people read.
+		// ready, and the outcome is what people read. An OnDelete member
+		// rolls out only as its pods are evicted.
+		d.evictions(d.members(), st.TargetRevision, false)
 		d.requeue(v.RetryAfter)
 		return
 	}
@@ -1287,6 +1304,7 @@ func (d *decider) rollingBack() {
 	}
 	v, notPassed := FirstNotPassed(verdicts)
 	if notPassed && v.Result == ResultPending {
+		d.evictions(members, st.SourceRevision, true)
 		d.requeue(v.RetryAfter)
 		return
 	}

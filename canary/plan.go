@@ -81,8 +81,7 @@ const MaxWaveSize = maxMembers
 // is zero the first wave is the canary.
 //
 // A workload is left out when it is a gateway, carries meshwave.io/skip,
-// is paused, is a StatefulSet with a partition, has the OnDelete update
-// strategy, has no injected pod, or already runs the target on every pod. A workload
+// is paused, is a StatefulSet with a partition, has no injected pod, or already runs the target on every pod. A workload
 // the migration already moved (it carries this migration's move record) is
 // counted as moved instead. The rest are ordered by meshwave.io/wave, then
 // kind (Deployments, StatefulSets, DaemonSets), then name, and cut into
@@ -127,10 +126,6 @@ func PlanNamespace(ns string, deployments []Workload, targetRevision, migration 
 		}
 		if w.Partition > 0 {
 			plan.Excluded = append(plan.Excluded, Exclusion{w.Name, fmt.Sprintf("statefulset partition %d keeps the pods below ordinal %d on their old template: a restart would not reach them", w.Partition, w.Partition)})
-			continue
-		}
-		if w.OnDelete {
-			plan.Excluded = append(plan.Excluded, Exclusion{w.Name, fmt.Sprintf("%s updateStrategy OnDelete: a restart of its template replaces no pod", strings.ToLower(string(w.KindOf())))})
 			continue
 		}
 		live, injected, onTarget := 0, 0, 0

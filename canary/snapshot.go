@@ -90,6 +90,11 @@ type Pod struct {
 	Revision string
 	// Waiting is why a container is waiting, e.g. CrashLoopBackOff.
 	Waiting string
+	// Node is the node the pod runs on.
+	Node string
+	// UID tells a pod from the one its controller recreates under the same
+	// name.
+	UID string
 }
 
 // Injected reports whether Istio injected the pod.

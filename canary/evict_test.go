@@ -1,0 +1,120 @@
+package canary
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// onDeleteSet is an OnDelete StatefulSet of three pods on 1-25, ready.
+func onDeleteSet(opts ...wopt) Workload {
+	w := deploy("db", kind(KindStatefulSet), func(w *Workload) {
+		w.OnDelete, w.Replicas = true, 3
+		w.Pods = nil
+		for i := 0; i < 3; i++ {
+			w.Pods = append(w.Pods, Pod{Name: fmt.Sprintf("db-%d", i), UID: fmt.Sprintf("uid-%d", i), Running: true, Ready: true, Revision: "1-25"})
+		}
+	})
+	for _, o := range opts {
+		o(&w)
+	}
+	return w
+}
+
+func TestNextEvictionReplacesOnePodAtATimeHighestOrdinalFirst(t *testing.T) {
+	replaced := func(names ...string) wopt {
+		return func(w *Workload) {
+			for i := range w.Pods {
+				for _, n := range names {
+					if w.Pods[i].Name == n {
+						w.Pods[i].Current, w.Pods[i].Revision = true, "1-26"
+					}
+				}
+			}
+		}
+	}
+	pod := func(name string, mod func(*Pod)) wopt {
+		return func(w *Workload) {
+			for i := range w.Pods {
+				if w.Pods[i].Name == name {
+					mod(&w.Pods[i])
+				}
+			}
+		}
+	}
+	tests := []struct {
+		name string
+		w    Workload
+		pod  string
+		why  string
+	}{
+		{"the highest ordinal goes first", onDeleteSet(), "db-2", ""},
+		{"then the next, once the replaced one is ready on the target", onDeleteSet(replaced("db-2")), "db-1", ""},
+		{"ordinals compare as numbers", onDeleteSet(func(w *Workload) {
+			w.Replicas = 11
+			for i := 3; i < 11; i++ {
+				w.Pods = append(w.Pods, Pod{Name: fmt.Sprintf("db-%d", i), Running: true, Ready: true, Revision: "1-25"})
+			}
+		}), "db-10", ""},
+		{"nothing goes while a replaced pod is not ready", onDeleteSet(replaced("db-2"), pod("db-2", func(p *Pod) { p.Ready = false })), "",
+			"replaced pod db-2 is not ready yet"},
+		{"nothing goes while a pod is going away", onDeleteSet(pod("db-2", func(p *Pod) { p.Terminating = true })), "", "pod db-2 is going away"},
+		{"nothing goes while a pod is missing", onDeleteSet(func(w *Workload) { w.Pods = w.Pods[:2] }), "", "2 of 3 pods are up"},
+		{"nothing goes while an old pod is down: that would take two", onDeleteSet(pod("db-0", func(p *Pod) { p.Ready = false })), "",
+			"pod db-0 is not ready: evicting another would take two down"},
+		{"a replaced pod on the wrong revision stops the replacement", onDeleteSet(replaced("db-2"), pod("db-2", func(p *Pod) { p.Revision = "1-25" })), "",
+			"replaced pod db-2 runs a proxy of 1-25, not of 1-26: no further pod is replaced"},
+		{"every pod replaced: nothing to do", onDeleteSet(replaced("db-0", "db-1", "db-2")), "", ""},
+		{"a RollingUpdate workload is never evicted", onDeleteSet(func(w *Workload) { w.OnDelete = false }), "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, ok, why := NextEviction(tt.w, "1-26")
+			assert.Equal(t, tt.pod != "", ok)
+			assert.Equal(t, tt.pod, p.Name)
+			assert.Equal(t, tt.why, why)
+		})
+	}
+}
+
+func TestNextEvictionGoesNodeByNodeForADaemonSet(t *testing.T) {
+	w := deploy("agent", kind(KindDaemonSet), func(w *Workload) {
+		w.OnDelete, w.Replicas = true, 3
+		w.Pods = []Pod{
+			{Name: "agent-aaaa", Node: "node-c", Running: true, Ready: true, Revision: "1-25"},
+			{Name: "agent-bbbb", Node: "node-a", Running: true, Ready: true, Revision: "1-25"},
+			{Name: "agent-cccc", Node: "node-b", Running: true, Ready: true, Revision: "1-25"},
+		}
+	})
+	p, ok, _ := NextEviction(w, "1-26")
+	require.True(t, ok)
+	assert.Equal(t, "agent-bbbb", p.Name, "node-a first")
+}
+
+// TestAnOnDeleteMemberIsEvictedOnlyAfterItsMoveIsOnRecord plays a wave of
+// an OnDelete StatefulSet: the first decision restarts its template; the
+// next, with the move on record and the rollout pending, evicts its
+// highest ordinal pod, bound to its UID.
+func TestAnOnDeleteMemberIsEvictedOnlyAfterItsMoveIsOnRecord(t *testing.T) {
+	s := snap(onDeleteSet())
+	d := Decide(Input{Snapshot: s, Now: t0, Config: DefaultConfig()})
+	require.NotNil(t, d.Status)
+	require.Len(t, d.Moves, 1)
+	assert.Equal(t, "StatefulSet/db", d.Moves[0].Workload)
+	assert.Empty(t, d.Evictions, "no eviction before the template is restarted")
+
+	rec := d.Moves[0].Record
+	s.Workloads[0].Annotations[AnnotationMove] = rec.Encode()
+	s.Namespace.Annotations[AnnotationStatus], _ = d.Status.Encode()
+	s.Namespace.Labels[LabelRev] = "1-26"
+	st, _, err := ParseStatus(s.Namespace.Annotations)
+	require.NoError(t, err)
+	pending := []Verdict{{Gate: "rollout", Result: ResultPending, Reason: "0 of 3 replicas updated", RetryAfter: 5 * time.Second}}
+	d = Decide(Input{Snapshot: s, Status: st, Verdicts: pending, Now: t0.Add(time.Second), Config: DefaultConfig()})
+	assert.Empty(t, d.Moves, "the template is not restarted twice")
+	assert.Equal(t, []Eviction{{Workload: "StatefulSet/db", Pod: "db-2", UID: "uid-2",
+		Message: "evicting pod db-2 of statefulset db (0 of 3 replaced): its updateStrategy is OnDelete, so it moves to 1-26 one pod at a time"}}, d.Evictions)
+}
