@@ -248,6 +248,7 @@ func (c *Controller) applyEvictions(ctx context.Context, ns string, evictions []
 		switch {
 		case err == nil:
 			c.expect.expectEviction(ns, e.Pod, e.UID, c.clock.Now())
+			c.metrics.evicted(ns)
 			logger.Info("Evicted pod", "workload", e.Workload, "pod", e.Pod)
 			events = append(events, canary.Event{Workload: e.Workload, Type: canary.EventNormal, Reason: "PodEvicted", Message: e.Message})
 		case apierrors.IsTooManyRequests(err):

@@ -24,6 +24,7 @@ type Metrics struct {
 	reconcileErrors   prometheus.Counter
 	verdicts          *prometheus.CounterVec
 	restarts          *prometheus.CounterVec
+	evictions         *prometheus.CounterVec
 	rollbacks         *prometheus.CounterVec
 	waveDuration      *prometheus.HistogramVec
 	leader            prometheus.Gauge
@@ -44,8 +45,11 @@ func NewMetrics(reg prometheus.Registerer, caches *Caches, clk clock.PassiveCloc
 			Name: "meshwave_analysis_verdicts_total", Help: "Gate verdicts, by namespace, check and result.",
 		}, []string{"namespace", "check", "result"}),
 		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "meshwave_restarts_total", Help: "Deployments restarted, by namespace and kind (move or rollback).",
+			Name: "meshwave_restarts_total", Help: "Workloads restarted, by namespace and kind (move or rollback).",
 		}, []string{"namespace", "kind"}),
+		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meshwave_evictions_total", Help: "Pods of OnDelete workloads (or of a StatefulSet stuck in a rollback) evicted, by namespace.",
+		}, []string{"namespace"}),
 		rollbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meshwave_rollbacks_total", Help: "Rollbacks started, by namespace and scope (wave or all).",
 		}, []string{"namespace", "scope"}),
@@ -58,7 +62,7 @@ func NewMetrics(reg prometheus.Registerer, caches *Caches, clk clock.PassiveCloc
 		}),
 	}
 	m.state = &stateCollector{caches: caches, clock: clk}
-	reg.MustRegister(m.reconcileDuration, m.reconcileErrors, m.verdicts, m.restarts, m.rollbacks, m.waveDuration, m.leader, m.state)
+	reg.MustRegister(m.reconcileDuration, m.reconcileErrors, m.verdicts, m.restarts, m.evictions, m.rollbacks, m.waveDuration, m.leader, m.state)
 	return m
 }
 
@@ -105,6 +109,13 @@ func (m *Metrics) observe(ns string, prev *canary.Status, d canary.Decision, ver
 	}
 }
 
+// evicted counts one pod evicted.
+func (m *Metrics) evicted(ns string) {
+	if m != nil {
+		m.evictions.WithLabelValues(ns).Inc()
+	}
+}
+
 // startAtZero makes a namespace's counters and histograms exist, at zero,
 // from its first reconcile. Prometheus takes a series' first sample as
 // where it starts: a counter that first appears at 1 never increased for
@@ -117,6 +128,7 @@ func (m *Metrics) startAtZero(ns string, verdicts []canary.Verdict) {
 	for _, kind := range []string{"move", "rollback"} {
 		m.restarts.WithLabelValues(ns, kind)
 	}
+	m.evictions.WithLabelValues(ns)
 	for _, scope := range []canary.RollbackScope{canary.RollbackWave, canary.RollbackAll} {
 		m.rollbacks.WithLabelValues(ns, string(scope))
 	}

@@ -20,34 +20,43 @@ type Eviction struct {
 	Message string
 }
 
-// NextEviction returns the pod of an OnDelete workload to replace next, if
-// one may go now. A template restart replaces no pod of such a workload,
-// so meshwave replaces them one at a time: only when every pod it wants
-// is up, Ready and none is going away, and every pod already replaced
-// runs the expected revision's proxy, does the next old pod go. A
-// StatefulSet's pods go highest ordinal first, as its own rolling update
-// would; a DaemonSet's node by node, in node name order. ok is false when
-// nothing is to be evicted now; why then says what it waits for ("" when
-// every pod is replaced).
-func NextEviction(w Workload, expect string) (pod Pod, ok bool, why string) {
-	if !w.OnDelete {
+// NextEviction returns the pod to evict next, if one may go now, and
+// otherwise what it waits for (why is "" when nothing is left to do).
+//
+// A template restart replaces no pod of an OnDelete workload, so meshwave
+// replaces them one at a time: only when every pod it wants is up, none is
+// going away and every pod already replaced is Ready and runs the expected
+// revision's proxy does the next old pod go. An old pod that is not Ready
+// goes first: it serves nothing, and evicting it takes nothing down.
+// Otherwise a StatefulSet's pods go highest ordinal first, as its own
+// rolling update would, and a DaemonSet's node by node, in node name order.
+//
+// A StatefulSet rolling back under RollingUpdate needs the same help for
+// one pod: its controller waits forever for a pod of the bad template that
+// never got Ready before it rolls anything back, so such a pod is evicted
+// and recreated from the restored template.
+func NextEviction(w Workload, expect string, rollback bool) (pod Pod, ok bool, why string) {
+	stuckRollback := rollback && !w.OnDelete && w.KindOf() == KindStatefulSet
+	if !w.OnDelete && !stuckRollback {
 		return Pod{}, false, ""
 	}
-	var old []Pod
+	var old, down []Pod
 	live := 0
 	for _, p := range w.Pods {
 		if p.Terminating {
 			return Pod{}, false, fmt.Sprintf("pod %s is going away", p.Name)
 		}
 		live++
-		if !p.Current {
+		switch {
+		case !p.Current && !p.Ready:
+			down = append(down, p)
+		case !p.Current:
 			old = append(old, p)
-			continue
-		}
-		if !p.Ready {
+		case stuckRollback:
+			// Its own controller replaces the rest.
+		case !p.Ready:
 			return Pod{}, false, fmt.Sprintf("replaced pod %s is not ready yet", p.Name)
-		}
-		if p.Revision != expect {
+		case p.Revision != expect:
 			got := "no proxy"
 			if p.Injected() {
 				got = "a proxy of " + p.Revision
@@ -55,25 +64,29 @@ func NextEviction(w Workload, expect string) (pod Pod, ok bool, why string) {
 			return Pod{}, false, fmt.Sprintf("replaced pod %s runs %s, not of %s: no further pod is replaced", p.Name, got, expect)
 		}
 	}
-	if len(old) == 0 {
+	if len(down) > 0 {
+		return w.firstToGo(down), true, ""
+	}
+	if stuckRollback || len(old) == 0 {
 		return Pod{}, false, ""
 	}
 	if live < int(w.Replicas) {
 		return Pod{}, false, fmt.Sprintf("%d of %d pods are up", live, w.Replicas)
 	}
-	for _, p := range old {
-		if !p.Ready {
-			return Pod{}, false, fmt.Sprintf("pod %s is not ready: evicting another would take two down", p.Name)
-		}
-	}
+	return w.firstToGo(old), true, ""
+}
+
+// firstToGo orders pods the way the workload's controller would replace
+// them: a StatefulSet's highest ordinal first, anything else by node.
+func (w Workload) firstToGo(pods []Pod) Pod {
 	if w.KindOf() == KindStatefulSet {
-		slices.SortFunc(old, func(a, b Pod) int { return cmp.Compare(ordinal(b.Name), ordinal(a.Name)) })
+		slices.SortFunc(pods, func(a, b Pod) int { return cmp.Compare(ordinal(b.Name), ordinal(a.Name)) })
 	} else {
-		slices.SortFunc(old, func(a, b Pod) int {
+		slices.SortFunc(pods, func(a, b Pod) int {
 			return cmp.Or(strings.Compare(a.Node, b.Node), strings.Compare(a.Name, b.Name))
 		})
 	}
-	return old[0], true, ""
+	return pods[0]
 }
 
 // ordinal is a StatefulSet pod's ordinal, the number after its last dash;
@@ -91,14 +104,14 @@ func ordinal(pod string) int {
 // expect is on record for this wave.
 func (d *decider) evictions(members []Workload, expect string, rollback bool) {
 	for _, w := range members {
-		if !w.OnDelete {
+		if !w.OnDelete && (!rollback || w.KindOf() != KindStatefulSet) {
 			continue
 		}
 		r, ok := ReadMoveRecord(w.Annotations)
 		if !ok || r.Migration != d.st.MigrationID() || r.Rollback != rollback || r.Revision != expect {
 			continue
 		}
-		pod, ok, _ := NextEviction(w, expect)
+		pod, ok, _ := NextEviction(w, expect, rollback)
 		if !ok {
 			continue
 		}
@@ -108,7 +121,10 @@ func (d *decider) evictions(members []Workload, expect string, rollback bool) {
 				replaced++
 			}
 		}
-		d.out.Evictions = append(d.out.Evictions, Eviction{Workload: w.Name, Pod: pod.Name, UID: pod.UID,
-			Message: fmt.Sprintf("evicting pod %s of %s (%d of %d replaced): its updateStrategy is OnDelete, so it moves to %s one pod at a time", pod.Name, describe(w.Name), replaced, w.Replicas, expect)})
+		msg := fmt.Sprintf("evicting pod %s of %s (%d of %d replaced): its updateStrategy is OnDelete, so it moves to %s one pod at a time", pod.Name, describe(w.Name), replaced, w.Replicas, expect)
+		if !w.OnDelete {
+			msg = fmt.Sprintf("evicting pod %s of %s: it never got ready, and its controller rolls nothing back to %s while it waits for it", pod.Name, describe(w.Name), expect)
+		}
+		d.out.Evictions = append(d.out.Evictions, Eviction{Workload: w.Name, Pod: pod.Name, UID: pod.UID, Message: msg})
 	}
 }

@@ -63,8 +63,7 @@ func TestNextEvictionReplacesOnePodAtATimeHighestOrdinalFirst(t *testing.T) {
 			"replaced pod db-2 is not ready yet"},
 		{"nothing goes while a pod is going away", onDeleteSet(pod("db-2", func(p *Pod) { p.Terminating = true })), "", "pod db-2 is going away"},
 		{"nothing goes while a pod is missing", onDeleteSet(func(w *Workload) { w.Pods = w.Pods[:2] }), "", "2 of 3 pods are up"},
-		{"nothing goes while an old pod is down: that would take two", onDeleteSet(pod("db-0", func(p *Pod) { p.Ready = false })), "",
-			"pod db-0 is not ready: evicting another would take two down"},
+		{"an old pod that is down goes first: it serves nothing", onDeleteSet(pod("db-0", func(p *Pod) { p.Ready = false })), "db-0", ""},
 		{"a replaced pod on the wrong revision stops the replacement", onDeleteSet(replaced("db-2"), pod("db-2", func(p *Pod) { p.Revision = "1-25" })), "",
 			"replaced pod db-2 runs a proxy of 1-25, not of 1-26: no further pod is replaced"},
 		{"every pod replaced: nothing to do", onDeleteSet(replaced("db-0", "db-1", "db-2")), "", ""},
@@ -72,7 +71,7 @@ func TestNextEvictionReplacesOnePodAtATimeHighestOrdinalFirst(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, ok, why := NextEviction(tt.w, "1-26")
+			p, ok, why := NextEviction(tt.w, "1-26", false)
 			assert.Equal(t, tt.pod != "", ok)
 			assert.Equal(t, tt.pod, p.Name)
 			assert.Equal(t, tt.why, why)
@@ -89,7 +88,7 @@ func TestNextEvictionGoesNodeByNodeForADaemonSet(t *testing.T) {
 			{Name: "agent-cccc", Node: "node-b", Running: true, Ready: true, Revision: "1-25"},
 		}
 	})
-	p, ok, _ := NextEviction(w, "1-26")
+	p, ok, _ := NextEviction(w, "1-26", false)
 	require.True(t, ok)
 	assert.Equal(t, "agent-bbbb", p.Name, "node-a first")
 }
@@ -117,4 +116,27 @@ func TestAnOnDeleteMemberIsEvictedOnlyAfterItsMoveIsOnRecord(t *testing.T) {
 	assert.Empty(t, d.Moves, "the template is not restarted twice")
 	assert.Equal(t, []Eviction{{Workload: "StatefulSet/db", Pod: "db-2", UID: "uid-2",
 		Message: "evicting pod db-2 of statefulset db (0 of 3 replaced): its updateStrategy is OnDelete, so it moves to 1-26 one pod at a time"}}, d.Evictions)
+}
+
+func TestAStatefulSetRollingBackHasItsNeverReadyPodEvicted(t *testing.T) {
+	// RollingUpdate, rolled back: db-2 ran the bad template and never got
+	// ready; its controller waits for it forever.
+	w := onDeleteSet(func(w *Workload) {
+		w.OnDelete = false
+		w.Pods[2].Ready = false
+		w.Pods[2].Revision = "1-26"
+	})
+	p, ok, why := NextEviction(w, "1-25", true)
+	require.True(t, ok, why)
+	assert.Equal(t, "db-2", p.Name)
+
+	_, ok, _ = NextEviction(w, "1-26", false)
+	assert.False(t, ok, "a forward rolling update is its controller's alone")
+	w.Pods[2].Ready = true
+	_, ok, _ = NextEviction(w, "1-25", true)
+	assert.False(t, ok, "a ready pod is its controller's to replace")
+	w.Pods[2].Ready, w.Pods[1].Terminating = false, true
+	_, ok, why = NextEviction(w, "1-25", true)
+	assert.False(t, ok)
+	assert.Equal(t, "pod db-1 is going away", why)
 }
