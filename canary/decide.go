@@ -1400,18 +1400,42 @@ func (d *decider) summarize(prev *Status) {
 	st.boundText()
 	d.ensureLabel(st.ownedLabel())
 	p := d.plan()
-	c := Counts{Skipped: len(p.Excluded), Pending: p.Remaining()}
+	var c Counts
+	kinds := map[Kind]*Counts{}
+	// count adds one workload to the namespace's counts and its kind's.
+	count := func(id string, field func(*Counts) *int) {
+		*field(&c)++
+		k := kindOfID(id)
+		if kinds[k] == nil {
+			kinds[k] = &Counts{}
+		}
+		*field(kinds[k])++
+	}
+	pending := func(c *Counts) *int { return &c.Pending }
+	moving := func(c *Counts) *int { return &c.Moving }
+	moved := func(c *Counts) *int { return &c.Moved }
+	failedOnes := func(c *Counts) *int { return &c.Failed }
+	skipped := func(c *Counts) *int { return &c.Skipped }
+	rolledBack := func(c *Counts) *int { return &c.RolledBack }
+	for _, x := range p.Excluded {
+		count(x.Workload, skipped)
+	}
+	for _, w := range p.Waves {
+		for _, m := range w {
+			count(m.Name, pending)
+		}
+	}
 	inWave := map[string]bool{}
 	if st.Phase != PhaseRollingBack && st.Phase != PhaseRolledBack {
 		for _, m := range st.Workloads {
 			inWave[m.Name] = true
 			switch m.State {
 			case StateMoving:
-				c.Moving++
+				count(m.Name, moving)
 			case StateMoved:
-				c.Moved++
+				count(m.Name, moved)
 			case StateFailed:
-				c.Failed++
+				count(m.Name, failedOnes)
 			}
 		}
 	}
@@ -1431,13 +1455,13 @@ func (d *decider) summarize(prev *Status) {
 		for _, w := range RollbackMembers(d.snap, st) {
 			if _, fwd := forwardIn(w, st.MigrationID()); fwd {
 				returning[w.Name] = true
-				c.Moving++ // on its way back
+				count(w.Name, moving) // on its way back
 			}
 		}
 	}
 	for _, name := range p.Moved {
 		if !inWave[name] && !failed[name] && !returning[name] {
-			c.Moved++
+			count(name, moved)
 		}
 	}
 	if st.Phase != PhaseCompleted {
@@ -1445,21 +1469,28 @@ func (d *decider) summarize(prev *Status) {
 		for name := range failed {
 			if !inWave[name] {
 				st.PastFailed++
+				count(name, failedOnes)
 			}
 		}
+	} else {
+		c.Failed += st.PastFailed
 	}
-	c.Failed += st.PastFailed
 	if st.Phase == PhaseRollingBack || st.Phase == PhaseRolledBack {
 		for _, w := range d.snap.Workloads {
 			if _, ok := rolledBackIn(w, st.MigrationID()); ok {
-				c.RolledBack++
+				count(w.Name, rolledBack)
 			}
 		}
 	}
-	if c.Moved < 0 {
-		c.Moved = 0
-	}
 	c.Total = c.Pending + c.Moving + c.Moved + c.Failed + c.Skipped + c.RolledBack
+	st.Kinds = nil
+	if len(kinds) > 1 || kinds[KindDeployment] == nil && len(kinds) == 1 {
+		st.Kinds = map[Kind]Counts{}
+		for k, kc := range kinds {
+			kc.Total = kc.Pending + kc.Moving + kc.Moved + kc.Failed + kc.Skipped + kc.RolledBack
+			st.Kinds[k] = *kc
+		}
+	}
 	st.Counts = c
 	st.Skipped = p.Excluded
 	if len(st.Skipped) > maxSkipped {

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestPlanNamespace(t *testing.T) {
@@ -169,4 +170,33 @@ func TestGatewaysAreRecognisedWhereverIstioMarksThem(t *testing.T) {
 	}
 	p := PlanNamespace("shop", []Workload{deploy("app", tmplLabel("istio", "app"))}, "1-26", "", 0, WaveSizes{})
 	assert.Equal(t, [][]string{{"app"}}, waveNames(p), "an ordinary workload is planned")
+}
+
+func TestTheStatusCountsEveryKindApart(t *testing.T) {
+	s := snap(deploy("api"), deploy("web"), deploy("db", kind(KindStatefulSet)), deploy("logs", kind(KindDaemonSet), ann(AnnotationSkip, "true")))
+	d := Decide(Input{Snapshot: s, Now: t0, Config: DefaultConfig()})
+	require.NotNil(t, d.Status)
+	assert.Equal(t, Counts{Total: 4, Pending: 2, Moving: 1, Skipped: 1}, d.Status.Counts)
+	assert.Equal(t, map[Kind]Counts{
+		KindDeployment:  {Total: 2, Pending: 1, Moving: 1},
+		KindStatefulSet: {Total: 1, Pending: 1},
+		KindDaemonSet:   {Total: 1, Skipped: 1},
+	}, d.Status.Kinds)
+	raw, err := d.Status.Encode()
+	require.NoError(t, err)
+	back, _, err := ParseStatus(map[string]string{AnnotationStatus: raw})
+	require.NoError(t, err, "the status reads back")
+	assert.Equal(t, d.Status.Kinds, back.Kinds)
+
+	only := Decide(Input{Snapshot: snap(deploy("api")), Now: t0, Config: DefaultConfig()})
+	assert.Nil(t, only.Status.Kinds, "a namespace of Deployments only keeps the status it always had")
+
+	bad := *d.Status
+	bad.Kinds = map[Kind]Counts{"Job": {Total: 1}, KindStatefulSet: {Moved: -1}}
+	raw, err = bad.Encode()
+	require.NoError(t, err)
+	_, _, err = ParseStatus(map[string]string{AnnotationStatus: raw})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `kinds "Job" is not Deployment, StatefulSet or DaemonSet`)
+	assert.Contains(t, err.Error(), "kinds.StatefulSet.moved")
 }

@@ -178,6 +178,9 @@ type Status struct {
 	// Workloads are the current wave's.
 	Workloads []WorkloadState `json:"workloads,omitempty"`
 	Counts    Counts          `json:"counts"`
+	// Kinds counts each kind apart, once the namespace holds a workload
+	// other than a Deployment.
+	Kinds map[Kind]Counts `json:"kinds,omitempty"`
 	// PastFailed counts workloads that failed in earlier waves and stayed
 	// where they were (the Continue policy).
 	PastFailed int         `json:"pastFailed,omitempty"`
@@ -313,6 +316,18 @@ func (s *Status) Validate() error {
 		"counts.failed": c.Failed, "counts.skipped": c.Skipped, "counts.rolledBack": c.RolledBack, "pastFailed": s.PastFailed} {
 		if n < 0 || n > maxWorkloads {
 			bad(field, n, fmt.Sprintf("from 0 to %d", maxWorkloads))
+		}
+	}
+	for k, c := range s.Kinds {
+		if k != KindDeployment && k != KindStatefulSet && k != KindDaemonSet {
+			bad("kinds", fmt.Sprintf("%q", k), "Deployment, StatefulSet or DaemonSet")
+			continue
+		}
+		for field, n := range map[string]int{"total": c.Total, "pending": c.Pending, "moving": c.Moving, "moved": c.Moved,
+			"failed": c.Failed, "skipped": c.Skipped, "rolledBack": c.RolledBack} {
+			if n < 0 || n > maxWorkloads {
+				bad("kinds."+string(k)+"."+field, n, fmt.Sprintf("from 0 to %d", maxWorkloads))
+			}
 		}
 	}
 	if len(s.Workloads) > maxMembers {
