@@ -22,6 +22,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/utils/ptr"
 )
 
@@ -98,10 +99,12 @@ type KubeletOptions struct {
 	Workers int
 }
 
-// Kubelet is a fake kubelet: it registers nodes, binds pending pods to them,
-// gives each pod an IP and, after ReadyDelay, reports it Running and Ready
-// with the container statuses a real kubelet writes, native sidecars
-// included. Terminating pods are deleted at once.
+// Kubelet is a fake kubelet: it registers nodes, binds pending pods to them
+// as the scheduler would (honouring nodeName, nodeSelector and required node
+// affinity, such as a DaemonSet pod's), gives each pod an IP and, after
+// ReadyDelay, reports it Running and Ready with the container statuses a
+// real kubelet writes, native sidecars included. Terminating pods are
+// deleted at once.
 type Kubelet struct {
 	client kubernetes.Interface
 	opts   KubeletOptions
@@ -115,6 +118,7 @@ type Kubelet struct {
 	nextRule int
 	nextIP   uint32
 	nodes    []string
+	nodeObjs []*corev1.Node
 	bindNext int
 }
 
@@ -254,10 +258,12 @@ func (k *Kubelet) requeueMatching(sel PodSelector) {
 func (k *Kubelet) start(ctx context.Context, factory informers.SharedInformerFactory) error {
 	for i := 0; i < k.opts.Nodes; i++ {
 		name := fmt.Sprintf("fake-node-%d", i)
-		if err := k.registerNode(ctx, name); err != nil {
+		node, err := k.registerNode(ctx, name)
+		if err != nil {
 			return err
 		}
 		k.nodes = append(k.nodes, name)
+		k.nodeObjs = append(k.nodeObjs, node)
 	}
 	podInformer := factory.Core().V1().Pods()
 	k.lister = podInformer.Lister()
@@ -283,7 +289,10 @@ func (k *Kubelet) start(ctx context.Context, factory informers.SharedInformerFac
 	return nil
 }
 
-func (k *Kubelet) registerNode(ctx context.Context, name string) error {
+// registerNode creates a Ready node with room for any pod and no taints,
+// as the node lifecycle controller leaves a Ready node: what the DaemonSet
+// controller needs to run a daemon pod on it.
+func (k *Kubelet) registerNode(ctx context.Context, name string) (*corev1.Node, error) {
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
 			"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "type": "fake-kubelet",
@@ -291,7 +300,7 @@ func (k *Kubelet) registerNode(ctx context.Context, name string) error {
 	}
 	created, err := k.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 	if err != nil {
-		return fmt.Errorf("register node %s: %w", name, err)
+		return nil, fmt.Errorf("register node %s: %w", name, err)
 	}
 	now := metav1.Now()
 	capacity := corev1.ResourceList{
@@ -310,10 +319,23 @@ func (k *Kubelet) registerNode(ctx context.Context, name string) error {
 		Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}, {Type: corev1.NodeHostName, Address: name}},
 		NodeInfo:  corev1.NodeSystemInfo{KubeletVersion: "v1.37.2-fake", OperatingSystem: "linux", Architecture: "amd64", ContainerRuntimeVersion: "fake://1.0"},
 	}
-	if _, err := k.client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("mark node %s ready: %w", name, err)
+	ready, err := k.client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("mark node %s ready: %w", name, err)
 	}
-	return nil
+	// The apiserver's TaintNodesByCondition admission taints a new node
+	// node.kubernetes.io/not-ready:NoSchedule; the node lifecycle controller,
+	// which this world does not run, lifts it once the node is Ready. A
+	// DaemonSet's pods do not tolerate it: the DaemonSet controller would
+	// find no node to run them on.
+	ready.Spec.Taints = slices.DeleteFunc(ready.Spec.Taints, func(t corev1.Taint) bool {
+		return t.Key == corev1.TaintNodeNotReady && t.Effect == corev1.TaintEffectNoSchedule
+	})
+	untainted, err := k.client.CoreV1().Nodes().Update(ctx, ready, metav1.UpdateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("untaint node %s: %w", name, err)
+	}
+	return untainted, nil
 }
 
 func (k *Kubelet) worker(ctx context.Context) {
@@ -398,19 +420,29 @@ func (k *Kubelet) sync(ctx context.Context, key string) (time.Duration, error) {
 	if statusEqual(&pod.Status, want) {
 		return again, nil
 	}
-	updated := pod.DeepCopy()
-	updated.Status = *want
-	if _, err := k.client.CoreV1().Pods(ns).UpdateStatus(ctx, updated, metav1.UpdateOptions{}); err != nil {
+	if err := k.writeStatus(ctx, pod, want); err != nil {
 		return 0, err
 	}
 	return again, nil
 }
 
+func (k *Kubelet) writeStatus(ctx context.Context, pod *corev1.Pod, status *corev1.PodStatus) error {
+	updated := pod.DeepCopy()
+	updated.Status = *status
+	_, err := k.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{})
+	return err
+}
+
+// bind binds pod to a node, as the scheduler would: the next node, round
+// robin, that its nodeSelector and required node affinity admit. A
+// DaemonSet's pod names its one node by a matchFields term on
+// metadata.name. The nodes have no taints, so tolerations do not matter.
+// A pod no node admits is marked unschedulable and left pending.
 func (k *Kubelet) bind(ctx context.Context, pod *corev1.Pod) error {
-	k.mu.Lock()
-	node := k.nodes[k.bindNext%len(k.nodes)]
-	k.bindNext++
-	k.mu.Unlock()
+	node, ok := k.pickNode(pod)
+	if !ok {
+		return k.markUnschedulable(ctx, pod)
+	}
 	binding := &corev1.Binding{
 		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID},
 		Target:     corev1.ObjectReference{Kind: "Node", Name: node},
@@ -418,6 +450,39 @@ func (k *Kubelet) bind(ctx context.Context, pod *corev1.Pod) error {
 	err := k.client.CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{})
 	if apierrors.IsConflict(err) {
 		return nil // already bound; the update event brings it back
+	}
+	return err
+}
+
+func (k *Kubelet) pickNode(pod *corev1.Pod) (string, bool) {
+	required := nodeaffinity.GetRequiredNodeAffinity(pod)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for i := range k.nodeObjs {
+		n := (k.bindNext + i) % len(k.nodeObjs)
+		if ok, err := required.Match(k.nodeObjs[n]); err == nil && ok {
+			k.bindNext = n + 1
+			return k.nodeObjs[n].Name, true
+		}
+	}
+	return "", false
+}
+
+func (k *Kubelet) markUnschedulable(ctx context.Context, pod *corev1.Pod) error {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+			return nil
+		}
+	}
+	st := pod.Status.DeepCopy()
+	st.Conditions = append(st.Conditions, corev1.PodCondition{
+		Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
+		Message:            fmt.Sprintf("0/%d nodes are available: %d node(s) didn't match Pod's node affinity/selector.", len(k.nodes), len(k.nodes)),
+		LastTransitionTime: metav1.Now(),
+	})
+	err := k.writeStatus(ctx, pod, st)
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
 	}
 	return err
 }
