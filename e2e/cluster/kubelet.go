@@ -50,6 +50,16 @@ const (
 	HoldUnready PodFault = iota + 1
 	// CrashLoop restarts the first app container over and over.
 	CrashLoop
+	// Fail ends the first app container with exit code 1 when its run ends
+	// (RunTime after it started): a pod that does not restart it
+	// (restartPolicy Never) ends Failed, as a failing Job's pod does. A pod
+	// that restarts it crash-loops, as under CrashLoop; CrashLoop on a pod
+	// that does not restart it acts as Fail.
+	Fail
+	// KeepRunning keeps the containers of a pod that would run to
+	// completion (restartPolicy Never or OnFailure) running, as a
+	// long-running Job's are.
+	KeepRunning
 )
 
 func (f PodFault) String() string {
@@ -58,6 +68,10 @@ func (f PodFault) String() string {
 		return "HoldUnready"
 	case CrashLoop:
 		return "CrashLoop"
+	case Fail:
+		return "Fail"
+	case KeepRunning:
+		return "KeepRunning"
 	}
 	return fmt.Sprintf("PodFault(%d)", int(f))
 }
@@ -95,6 +109,10 @@ type KubeletOptions struct {
 	Nodes int
 	// ReadyDelay is how long after creation a pod becomes Running and Ready.
 	ReadyDelay time.Duration
+	// RunTime is how long the containers of a pod that runs to completion
+	// (restartPolicy Never or OnFailure, such as a Job's) run before they
+	// exit with code 0; default 1s.
+	RunTime time.Duration
 	// Workers is the number of pods handled concurrently.
 	Workers int
 }
@@ -103,8 +121,9 @@ type KubeletOptions struct {
 // as the scheduler would (honouring nodeName, nodeSelector and required node
 // affinity, such as a DaemonSet pod's), gives each pod an IP and, after
 // ReadyDelay, reports it Running and Ready with the container statuses a
-// real kubelet writes, native sidecars included. Terminating pods are
-// deleted at once.
+// real kubelet writes, native sidecars included. A pod that runs to
+// completion ends Succeeded after RunTime, its native sidecars stopped with
+// it. Terminating pods are deleted at once.
 type Kubelet struct {
 	client kubernetes.Interface
 	opts   KubeletOptions
@@ -120,6 +139,9 @@ type Kubelet struct {
 	nodes    []string
 	nodeObjs []*corev1.Node
 	bindNext int
+	// started records, by pod UID, when this kubelet reported a pod
+	// Running.
+	started map[types.UID]time.Time
 }
 
 func newKubelet(client kubernetes.Interface, opts KubeletOptions) *Kubelet {
@@ -128,6 +150,9 @@ func newKubelet(client kubernetes.Interface, opts KubeletOptions) *Kubelet {
 	}
 	if opts.ReadyDelay < 0 {
 		opts.ReadyDelay = 0
+	}
+	if opts.RunTime <= 0 {
+		opts.RunTime = time.Second
 	}
 	if opts.Workers <= 0 {
 		opts.Workers = 8
@@ -139,7 +164,8 @@ func newKubelet(client kubernetes.Interface, opts KubeletOptions) *Kubelet {
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](20*time.Millisecond, 2*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "fake-kubelet"}),
 		// Pod IPs start at 10.244.0.10, the usual first pod CIDR.
-		nextIP: binary.BigEndian.Uint32(net.ParseIP("10.244.0.10").To4()),
+		nextIP:  binary.BigEndian.Uint32(net.ParseIP("10.244.0.10").To4()),
+		started: map[types.UID]time.Time{},
 	}
 }
 
@@ -150,6 +176,17 @@ func (k *Kubelet) HoldUnready(sel PodSelector) (release func()) { return k.addFa
 // CrashLoop makes the selected pods crash-loop until the returned function is
 // called.
 func (k *Kubelet) CrashLoop(sel PodSelector) (release func()) { return k.addFault(sel, CrashLoop) }
+
+// Fail makes the selected pods' first app container exit with code 1 at
+// the end of its run until the returned function is called: a Job's pod
+// ends Failed.
+func (k *Kubelet) Fail(sel PodSelector) (release func()) { return k.addFault(sel, Fail) }
+
+// KeepRunning keeps the selected pods' containers running past RunTime
+// until the returned function is called, as a long-running Job's are.
+func (k *Kubelet) KeepRunning(sel PodSelector) (release func()) {
+	return k.addFault(sel, KeepRunning)
+}
 
 func (k *Kubelet) addFault(sel PodSelector, fault PodFault) func() {
 	rule := faultRule{selector: sel, fault: fault}
@@ -275,6 +312,16 @@ func (k *Kubelet) start(ctx context.Context, factory informers.SharedInformerFac
 	_, err := podInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    enqueue,
 		UpdateFunc: func(_, obj any) { enqueue(obj) },
+		DeleteFunc: func(obj any) {
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if pod, ok := obj.(*corev1.Pod); ok {
+				k.mu.Lock()
+				delete(k.started, pod.UID)
+				k.mu.Unlock()
+			}
+		},
 	})
 	if err != nil {
 		return err
@@ -394,7 +441,7 @@ func (k *Kubelet) sync(ctx context.Context, key string) (time.Duration, error) {
 		// Bound to a node this kubelet does not run, as a real kubelet
 		// leaves other nodes' pods (benchmarks load idle pods this way).
 		return 0, nil
-	case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
+	case terminal(pod):
 		return 0, nil
 	}
 
@@ -405,6 +452,12 @@ func (k *Kubelet) sync(ctx context.Context, key string) (time.Duration, error) {
 		}
 	}
 	fault := k.faultFor(pod)
+	switch {
+	case fault == Fail && pod.Spec.RestartPolicy != corev1.RestartPolicyNever:
+		fault = CrashLoop // the kubelet restarts the failed container
+	case fault == CrashLoop && pod.Spec.RestartPolicy == corev1.RestartPolicyNever:
+		fault = Fail // nothing restarts it
+	}
 	probe := k.probeFor(pod)
 	again := time.Duration(0)
 	switch {
@@ -413,12 +466,28 @@ func (k *Kubelet) sync(ctx context.Context, key string) (time.Duration, error) {
 	case probe != nil:
 		again = probePeriod
 	}
+	if exitCode, ok := exitsAtEnd(pod, fault); ok && pod.Status.Phase == corev1.PodRunning {
+		if wait := time.Until(k.startedAt(pod).Add(k.opts.RunTime)); wait > 0 {
+			if again == 0 || wait < again {
+				again = wait
+			}
+		} else {
+			return 0, k.writeStatus(ctx, pod, terminatedStatus(pod, exitCode, 0))
+		}
+	}
 	want, err := k.runningStatus(pod, fault, probe)
 	if err != nil {
 		return 0, err
 	}
 	if statusEqual(&pod.Status, want) {
 		return again, nil
+	}
+	if pod.Status.Phase != corev1.PodRunning {
+		k.mu.Lock()
+		if _, ok := k.started[pod.UID]; !ok {
+			k.started[pod.UID] = time.Now()
+		}
+		k.mu.Unlock()
 	}
 	if err := k.writeStatus(ctx, pod, want); err != nil {
 		return 0, err
@@ -431,6 +500,40 @@ func (k *Kubelet) writeStatus(ctx context.Context, pod *corev1.Pod, status *core
 	updated.Status = *status
 	_, err := k.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{})
 	return err
+}
+
+func terminal(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+}
+
+// exitsAtEnd reports whether pod's app containers exit on their own when
+// their run ends, and the first one's exit code: a pod that runs to
+// completion (restartPolicy Never or OnFailure) does, unless kept running;
+// under Fail (restartPolicy Never) the first container exits with 1.
+func exitsAtEnd(pod *corev1.Pod, fault PodFault) (int32, bool) {
+	switch {
+	case pod.Spec.RestartPolicy != corev1.RestartPolicyNever && pod.Spec.RestartPolicy != corev1.RestartPolicyOnFailure:
+		return 0, false
+	case fault == KeepRunning || fault == CrashLoop:
+		return 0, false
+	case fault == Fail:
+		return 1, true
+	}
+	return 0, true
+}
+
+// startedAt is when this kubelet reported pod Running. Status timestamps
+// have one-second resolution; the kubelet's own record is exact.
+func (k *Kubelet) startedAt(pod *corev1.Pod) time.Time {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if t, ok := k.started[pod.UID]; ok {
+		return t
+	}
+	if pod.Status.StartTime != nil {
+		return pod.Status.StartTime.Time
+	}
+	return pod.CreationTimestamp.Time
 }
 
 // bind binds pod to a node, as the scheduler would: the next node, round
@@ -487,6 +590,86 @@ func (k *Kubelet) markUnschedulable(ctx context.Context, pod *corev1.Pod) error 
 	return err
 }
 
+// terminatedStatus is the status a kubelet reports once pod's containers
+// have exited: the first app container with firstExit, the others with
+// othersExit, native sidecars stopped after them with 0, as Envoy exits on
+// SIGTERM. The pod is Succeeded when every app container exited 0, Failed
+// otherwise.
+func terminatedStatus(pod *corev1.Pod, firstExit, othersExit int32) *corev1.PodStatus {
+	st := pod.Status.DeepCopy()
+	now := metav1.Now()
+	terminate := func(cs *corev1.ContainerStatus, code int32) {
+		if cs.State.Terminated != nil {
+			return // a classic init container, completed long ago
+		}
+		started := now
+		if r := cs.State.Running; r != nil {
+			started = r.StartedAt
+		}
+		reason := "Completed"
+		if code != 0 {
+			reason = "Error"
+		}
+		cs.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+			ExitCode: code, Reason: reason, StartedAt: started, FinishedAt: now, ContainerID: cs.ContainerID,
+		}}
+		cs.Ready, cs.Started = false, ptr.To(false)
+	}
+	st.Phase = corev1.PodSucceeded
+	for i := range st.ContainerStatuses {
+		code := othersExit
+		if i == 0 {
+			code = firstExit
+		}
+		if code != 0 {
+			st.Phase = corev1.PodFailed
+		}
+		terminate(&st.ContainerStatuses[i], code)
+	}
+	for i := range st.InitContainerStatuses {
+		terminate(&st.InitContainerStatuses[i], 0)
+	}
+	st.Conditions = append([]corev1.PodCondition{
+		podCondition(pod, corev1.PodReadyToStartContainers, false, "", now),
+		podCondition(pod, corev1.PodInitialized, true, "", now),
+		podCondition(pod, corev1.ContainersReady, false, "PodCompleted", now),
+		podCondition(pod, corev1.PodReady, false, "PodCompleted", now),
+		podCondition(pod, corev1.PodScheduled, true, "", now),
+	}, othersConditions(pod)...)
+	return st
+}
+
+// othersConditions are the conditions of pod the kubelet does not own,
+// such as the DisruptionTarget the Eviction API adds; a kubelet keeps them.
+func othersConditions(pod *corev1.Pod) []corev1.PodCondition {
+	var out []corev1.PodCondition
+	for _, c := range pod.Status.Conditions {
+		switch c.Type {
+		case corev1.PodReadyToStartContainers, corev1.PodInitialized, corev1.ContainersReady, corev1.PodReady, corev1.PodScheduled:
+		default:
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// podCondition is a condition of pod's status, its transition time kept
+// when the status did not change, as a kubelet does: otherwise every
+// resync would look like a change.
+func podCondition(pod *corev1.Pod, t corev1.PodConditionType, ok bool, reason string, now metav1.Time) corev1.PodCondition {
+	c := corev1.PodCondition{Type: t, Status: corev1.ConditionTrue, LastTransitionTime: now}
+	if !ok {
+		c.Status = corev1.ConditionFalse
+		c.Reason = reason
+	}
+	for _, old := range pod.Status.Conditions {
+		if old.Type == t && old.Status == c.Status {
+			c.LastTransitionTime = old.LastTransitionTime
+		}
+	}
+	return c
+}
+
 // runningStatus is the status a kubelet reports for pod once its containers
 // have started, given the fault injected into it.
 func (k *Kubelet) runningStatus(pod *corev1.Pod, fault PodFault, probe func(*corev1.Pod) bool) (*corev1.PodStatus, error) {
@@ -524,7 +707,7 @@ func (k *Kubelet) runningStatus(pod *corev1.Pod, fault PodFault, probe func(*cor
 		st.InitContainerStatuses = append(st.InitContainerStatuses, cs)
 	}
 
-	ready := fault == 0
+	ready := fault != HoldUnready && fault != CrashLoop
 	if ready && probe != nil {
 		// The probe sees the pod with its IP, as a kubelet probes it.
 		probed := pod.DeepCopy()
@@ -563,27 +746,15 @@ func (k *Kubelet) runningStatus(pod *corev1.Pod, fault PodFault, probe func(*cor
 	}
 
 	cond := func(t corev1.PodConditionType, ok bool, reason string) corev1.PodCondition {
-		c := corev1.PodCondition{Type: t, Status: corev1.ConditionTrue, LastTransitionTime: now}
-		if !ok {
-			c.Status = corev1.ConditionFalse
-			c.Reason = reason
-		}
-		// Keep the transition time when the status did not change, as a
-		// kubelet does; otherwise every resync would look like a change.
-		for _, old := range pod.Status.Conditions {
-			if old.Type == t && old.Status == c.Status {
-				c.LastTransitionTime = old.LastTransitionTime
-			}
-		}
-		return c
+		return podCondition(pod, t, ok, reason, now)
 	}
-	st.Conditions = []corev1.PodCondition{
+	st.Conditions = append([]corev1.PodCondition{
 		cond(corev1.PodReadyToStartContainers, true, ""),
 		cond(corev1.PodInitialized, true, ""),
 		cond(corev1.ContainersReady, ready, "ContainersNotReady"),
 		cond(corev1.PodReady, ready, "ContainersNotReady"),
 		cond(corev1.PodScheduled, true, ""),
-	}
+	}, othersConditions(pod)...)
 	return st, nil
 }
 

@@ -27,6 +27,9 @@ type Options struct {
 	MeshV1 bool
 	// ReadyDelay is how long the fake kubelet takes to start a pod; default 100ms.
 	ReadyDelay time.Duration
+	// RunTime is how long a pod that runs to completion (a Job's) runs
+	// before its containers exit; default 1s.
+	RunTime time.Duration
 	// RequestRate is the default requests per second per workload.
 	RequestRate float64
 	// NoPrometheus skips Prometheus, for scenarios that need none.
@@ -76,7 +79,7 @@ func Start(ctx context.Context, opts Options) (_ *World, err error) {
 		cdir = opts.Dir + "/cluster"
 	}
 	w.Cluster, err = cluster.Start(ctx, cluster.Options{
-		Kubelet: cluster.KubeletOptions{ReadyDelay: opts.ReadyDelay},
+		Kubelet: cluster.KubeletOptions{ReadyDelay: opts.ReadyDelay, RunTime: opts.RunTime},
 		Logf:    opts.Logf,
 		Dir:     cdir,
 	})
