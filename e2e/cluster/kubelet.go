@@ -113,6 +113,9 @@ type KubeletOptions struct {
 	// (restartPolicy Never or OnFailure, such as a Job's) run before they
 	// exit with code 0; default 1s.
 	RunTime time.Duration
+	// StopDelay is how long a deleted pod's containers take to stop, at
+	// most its grace period. Zero deletes terminating pods at once.
+	StopDelay time.Duration
 	// Workers is the number of pods handled concurrently.
 	Workers int
 }
@@ -123,7 +126,8 @@ type KubeletOptions struct {
 // ReadyDelay, reports it Running and Ready with the container statuses a
 // real kubelet writes, native sidecars included. A pod that runs to
 // completion ends Succeeded after RunTime, its native sidecars stopped with
-// it. Terminating pods are deleted at once.
+// it. A terminating pod's containers stop after StopDelay: the pod reports
+// a terminal phase and is deleted.
 type Kubelet struct {
 	client kubernetes.Interface
 	opts   KubeletOptions
@@ -139,9 +143,10 @@ type Kubelet struct {
 	nodes    []string
 	nodeObjs []*corev1.Node
 	bindNext int
-	// started records, by pod UID, when this kubelet reported a pod
-	// Running.
-	started map[types.UID]time.Time
+	// started and stopping record, by pod UID, when this kubelet reported a
+	// pod Running and when it saw its deletion.
+	started  map[types.UID]time.Time
+	stopping map[types.UID]time.Time
 }
 
 func newKubelet(client kubernetes.Interface, opts KubeletOptions) *Kubelet {
@@ -154,6 +159,9 @@ func newKubelet(client kubernetes.Interface, opts KubeletOptions) *Kubelet {
 	if opts.RunTime <= 0 {
 		opts.RunTime = time.Second
 	}
+	if opts.StopDelay < 0 {
+		opts.StopDelay = 0
+	}
 	if opts.Workers <= 0 {
 		opts.Workers = 8
 	}
@@ -164,8 +172,9 @@ func newKubelet(client kubernetes.Interface, opts KubeletOptions) *Kubelet {
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](20*time.Millisecond, 2*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "fake-kubelet"}),
 		// Pod IPs start at 10.244.0.10, the usual first pod CIDR.
-		nextIP:  binary.BigEndian.Uint32(net.ParseIP("10.244.0.10").To4()),
-		started: map[types.UID]time.Time{},
+		nextIP:   binary.BigEndian.Uint32(net.ParseIP("10.244.0.10").To4()),
+		started:  map[types.UID]time.Time{},
+		stopping: map[types.UID]time.Time{},
 	}
 }
 
@@ -319,6 +328,7 @@ func (k *Kubelet) start(ctx context.Context, factory informers.SharedInformerFac
 			if pod, ok := obj.(*corev1.Pod); ok {
 				k.mu.Lock()
 				delete(k.started, pod.UID)
+				delete(k.stopping, pod.UID)
 				k.mu.Unlock()
 			}
 		},
@@ -425,16 +435,7 @@ func (k *Kubelet) sync(ctx context.Context, key string) (time.Duration, error) {
 	}
 	switch {
 	case pod.DeletionTimestamp != nil:
-		// No containers to stop: finish the deletion the way a kubelet does
-		// once they have exited.
-		err := k.client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{
-			GracePeriodSeconds: ptr.To[int64](0),
-			Preconditions:      &metav1.Preconditions{UID: &pod.UID},
-		})
-		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-			return 0, nil
-		}
-		return 0, err
+		return k.stop(ctx, pod)
 	case pod.Spec.NodeName == "":
 		return 0, k.bind(ctx, pod)
 	case !slices.Contains(k.nodes, pod.Spec.NodeName):
@@ -536,6 +537,51 @@ func (k *Kubelet) startedAt(pod *corev1.Pod) time.Time {
 	return pod.CreationTimestamp.Time
 }
 
+// stop finishes a terminating pod the way a kubelet does: StopDelay after
+// it saw the deletion (at most the grace period) its containers have
+// stopped, it reports the terminal status, then deletes the pod with a
+// zero grace period. An evicted pod goes the same way: the Eviction API
+// deletes it with its grace period. A pod whose finalizers hold it (a
+// Job's, until the job controller has counted it) stays, terminal.
+func (k *Kubelet) stop(ctx context.Context, pod *corev1.Pod) (time.Duration, error) {
+	if g := pod.DeletionGracePeriodSeconds; g != nil && *g == 0 && len(pod.Finalizers) > 0 && terminal(pod) {
+		return 0, nil
+	}
+	if pod.Status.Phase == corev1.PodRunning && slices.Contains(k.nodes, pod.Spec.NodeName) {
+		k.mu.Lock()
+		seen, ok := k.stopping[pod.UID]
+		if !ok {
+			seen = time.Now()
+			k.stopping[pod.UID] = seen
+		}
+		k.mu.Unlock()
+		delay := k.opts.StopDelay
+		if g := pod.DeletionGracePeriodSeconds; g != nil && time.Duration(*g)*time.Second < delay {
+			delay = time.Duration(*g) * time.Second
+		}
+		if wait := time.Until(seen.Add(delay)); wait > 0 {
+			return wait, nil
+		}
+		// Stopped by SIGTERM: the pod ends Failed, as a real kubelet
+		// reports a deleted pod before it removes it.
+		err := k.writeStatus(ctx, pod, terminatedStatus(pod, sigtermExitCode, sigtermExitCode))
+		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			return 0, nil // gone, or changed: the event brings it back
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
+	err := k.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+		GracePeriodSeconds: ptr.To[int64](0),
+		Preconditions:      &metav1.Preconditions{UID: &pod.UID},
+	})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return 0, nil
+	}
+	return 0, err
+}
+
 // bind binds pod to a node, as the scheduler would: the next node, round
 // robin, that its nodeSelector and required node affinity admit. A
 // DaemonSet's pod names its one node by a matchFields term on
@@ -589,6 +635,9 @@ func (k *Kubelet) markUnschedulable(ctx context.Context, pod *corev1.Pod) error 
 	}
 	return err
 }
+
+// sigtermExitCode is what a process that does not catch SIGTERM exits with.
+const sigtermExitCode = 128 + 15
 
 // terminatedStatus is the status a kubelet reports once pod's containers
 // have exited: the first app container with firstExit, the others with
