@@ -16,9 +16,24 @@ import (
 
 // controllers are the kube-controller-manager loops the world runs. Version
 // 1.37 names them with the -controller suffix.
+//
+// Left out on purpose: the pod garbage collector, which deletes pods bound
+// to a node that does not exist, such as the idle pods benchmarks bind to a
+// node no kubelet runs (the fake kubelet finishes every deletion itself);
+// and the node lifecycle controller, which would taint the fake nodes
+// not-ready once their status stops being renewed.
 var controllers = []string{
 	"deployment-controller",
 	"replicaset-controller",
+	"statefulset-controller",
+	"daemonset-controller",
+	"job-controller",
+	"cronjob-controller",
+	// Finished Jobs with ttlSecondsAfterFinished go away, as in a cluster.
+	"ttl-after-finished-controller",
+	// PodDisruptionBudgets get their status (currentHealthy,
+	// disruptionsAllowed), which the Eviction API enforces.
+	"disruption-controller",
 	"namespace-controller",
 	"garbage-collector-controller",
 	"serviceaccount-controller",

@@ -22,6 +22,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/utils/ptr"
 )
 
@@ -49,6 +50,16 @@ const (
 	HoldUnready PodFault = iota + 1
 	// CrashLoop restarts the first app container over and over.
 	CrashLoop
+	// Fail ends the first app container with exit code 1 when its run ends
+	// (RunTime after it started): a pod that does not restart it
+	// (restartPolicy Never) ends Failed, as a failing Job's pod does. A pod
+	// that restarts it crash-loops, as under CrashLoop; CrashLoop on a pod
+	// that does not restart it acts as Fail.
+	Fail
+	// KeepRunning keeps the containers of a pod that would run to
+	// completion (restartPolicy Never or OnFailure) running, as a
+	// long-running Job's are.
+	KeepRunning
 )
 
 func (f PodFault) String() string {
@@ -57,6 +68,10 @@ func (f PodFault) String() string {
 		return "HoldUnready"
 	case CrashLoop:
 		return "CrashLoop"
+	case Fail:
+		return "Fail"
+	case KeepRunning:
+		return "KeepRunning"
 	}
 	return fmt.Sprintf("PodFault(%d)", int(f))
 }
@@ -94,14 +109,25 @@ type KubeletOptions struct {
 	Nodes int
 	// ReadyDelay is how long after creation a pod becomes Running and Ready.
 	ReadyDelay time.Duration
+	// RunTime is how long the containers of a pod that runs to completion
+	// (restartPolicy Never or OnFailure, such as a Job's) run before they
+	// exit with code 0; default 1s.
+	RunTime time.Duration
+	// StopDelay is how long a deleted pod's containers take to stop, at
+	// most its grace period. Zero deletes terminating pods at once.
+	StopDelay time.Duration
 	// Workers is the number of pods handled concurrently.
 	Workers int
 }
 
-// Kubelet is a fake kubelet: it registers nodes, binds pending pods to them,
-// gives each pod an IP and, after ReadyDelay, reports it Running and Ready
-// with the container statuses a real kubelet writes, native sidecars
-// included. Terminating pods are deleted at once.
+// Kubelet is a fake kubelet: it registers nodes, binds pending pods to them
+// as the scheduler would (honouring nodeName, nodeSelector and required node
+// affinity, such as a DaemonSet pod's), gives each pod an IP and, after
+// ReadyDelay, reports it Running and Ready with the container statuses a
+// real kubelet writes, native sidecars included. A pod that runs to
+// completion ends Succeeded after RunTime, its native sidecars stopped with
+// it. A terminating pod's containers stop after StopDelay: the pod reports
+// a terminal phase and is deleted.
 type Kubelet struct {
 	client kubernetes.Interface
 	opts   KubeletOptions
@@ -115,7 +141,12 @@ type Kubelet struct {
 	nextRule int
 	nextIP   uint32
 	nodes    []string
+	nodeObjs []*corev1.Node
 	bindNext int
+	// started and stopping record, by pod UID, when this kubelet reported a
+	// pod Running and when it saw its deletion.
+	started  map[types.UID]time.Time
+	stopping map[types.UID]time.Time
 }
 
 func newKubelet(client kubernetes.Interface, opts KubeletOptions) *Kubelet {
@@ -124,6 +155,12 @@ func newKubelet(client kubernetes.Interface, opts KubeletOptions) *Kubelet {
 	}
 	if opts.ReadyDelay < 0 {
 		opts.ReadyDelay = 0
+	}
+	if opts.RunTime <= 0 {
+		opts.RunTime = time.Second
+	}
+	if opts.StopDelay < 0 {
+		opts.StopDelay = 0
 	}
 	if opts.Workers <= 0 {
 		opts.Workers = 8
@@ -135,7 +172,9 @@ func newKubelet(client kubernetes.Interface, opts KubeletOptions) *Kubelet {
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](20*time.Millisecond, 2*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "fake-kubelet"}),
 		// Pod IPs start at 10.244.0.10, the usual first pod CIDR.
-		nextIP: binary.BigEndian.Uint32(net.ParseIP("10.244.0.10").To4()),
+		nextIP:   binary.BigEndian.Uint32(net.ParseIP("10.244.0.10").To4()),
+		started:  map[types.UID]time.Time{},
+		stopping: map[types.UID]time.Time{},
 	}
 }
 
@@ -146,6 +185,17 @@ func (k *Kubelet) HoldUnready(sel PodSelector) (release func()) { return k.addFa
 // CrashLoop makes the selected pods crash-loop until the returned function is
 // called.
 func (k *Kubelet) CrashLoop(sel PodSelector) (release func()) { return k.addFault(sel, CrashLoop) }
+
+// Fail makes the selected pods' first app container exit with code 1 at
+// the end of its run until the returned function is called: a Job's pod
+// ends Failed.
+func (k *Kubelet) Fail(sel PodSelector) (release func()) { return k.addFault(sel, Fail) }
+
+// KeepRunning keeps the selected pods' containers running past RunTime
+// until the returned function is called, as a long-running Job's are.
+func (k *Kubelet) KeepRunning(sel PodSelector) (release func()) {
+	return k.addFault(sel, KeepRunning)
+}
 
 func (k *Kubelet) addFault(sel PodSelector, fault PodFault) func() {
 	rule := faultRule{selector: sel, fault: fault}
@@ -254,10 +304,12 @@ func (k *Kubelet) requeueMatching(sel PodSelector) {
 func (k *Kubelet) start(ctx context.Context, factory informers.SharedInformerFactory) error {
 	for i := 0; i < k.opts.Nodes; i++ {
 		name := fmt.Sprintf("fake-node-%d", i)
-		if err := k.registerNode(ctx, name); err != nil {
+		node, err := k.registerNode(ctx, name)
+		if err != nil {
 			return err
 		}
 		k.nodes = append(k.nodes, name)
+		k.nodeObjs = append(k.nodeObjs, node)
 	}
 	podInformer := factory.Core().V1().Pods()
 	k.lister = podInformer.Lister()
@@ -269,6 +321,17 @@ func (k *Kubelet) start(ctx context.Context, factory informers.SharedInformerFac
 	_, err := podInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    enqueue,
 		UpdateFunc: func(_, obj any) { enqueue(obj) },
+		DeleteFunc: func(obj any) {
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if pod, ok := obj.(*corev1.Pod); ok {
+				k.mu.Lock()
+				delete(k.started, pod.UID)
+				delete(k.stopping, pod.UID)
+				k.mu.Unlock()
+			}
+		},
 	})
 	if err != nil {
 		return err
@@ -283,7 +346,10 @@ func (k *Kubelet) start(ctx context.Context, factory informers.SharedInformerFac
 	return nil
 }
 
-func (k *Kubelet) registerNode(ctx context.Context, name string) error {
+// registerNode creates a Ready node with room for any pod and no taints,
+// as the node lifecycle controller leaves a Ready node: what the DaemonSet
+// controller needs to run a daemon pod on it.
+func (k *Kubelet) registerNode(ctx context.Context, name string) (*corev1.Node, error) {
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
 			"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "type": "fake-kubelet",
@@ -291,7 +357,7 @@ func (k *Kubelet) registerNode(ctx context.Context, name string) error {
 	}
 	created, err := k.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 	if err != nil {
-		return fmt.Errorf("register node %s: %w", name, err)
+		return nil, fmt.Errorf("register node %s: %w", name, err)
 	}
 	now := metav1.Now()
 	capacity := corev1.ResourceList{
@@ -310,10 +376,23 @@ func (k *Kubelet) registerNode(ctx context.Context, name string) error {
 		Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}, {Type: corev1.NodeHostName, Address: name}},
 		NodeInfo:  corev1.NodeSystemInfo{KubeletVersion: "v1.37.2-fake", OperatingSystem: "linux", Architecture: "amd64", ContainerRuntimeVersion: "fake://1.0"},
 	}
-	if _, err := k.client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("mark node %s ready: %w", name, err)
+	ready, err := k.client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("mark node %s ready: %w", name, err)
 	}
-	return nil
+	// The apiserver's TaintNodesByCondition admission taints a new node
+	// node.kubernetes.io/not-ready:NoSchedule; the node lifecycle controller,
+	// which this world does not run, lifts it once the node is Ready. A
+	// DaemonSet's pods do not tolerate it: the DaemonSet controller would
+	// find no node to run them on.
+	ready.Spec.Taints = slices.DeleteFunc(ready.Spec.Taints, func(t corev1.Taint) bool {
+		return t.Key == corev1.TaintNodeNotReady && t.Effect == corev1.TaintEffectNoSchedule
+	})
+	untainted, err := k.client.CoreV1().Nodes().Update(ctx, ready, metav1.UpdateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("untaint node %s: %w", name, err)
+	}
+	return untainted, nil
 }
 
 func (k *Kubelet) worker(ctx context.Context) {
@@ -356,23 +435,14 @@ func (k *Kubelet) sync(ctx context.Context, key string) (time.Duration, error) {
 	}
 	switch {
 	case pod.DeletionTimestamp != nil:
-		// No containers to stop: finish the deletion the way a kubelet does
-		// once they have exited.
-		err := k.client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{
-			GracePeriodSeconds: ptr.To[int64](0),
-			Preconditions:      &metav1.Preconditions{UID: &pod.UID},
-		})
-		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-			return 0, nil
-		}
-		return 0, err
+		return k.stop(ctx, pod)
 	case pod.Spec.NodeName == "":
 		return 0, k.bind(ctx, pod)
 	case !slices.Contains(k.nodes, pod.Spec.NodeName):
 		// Bound to a node this kubelet does not run, as a real kubelet
 		// leaves other nodes' pods (benchmarks load idle pods this way).
 		return 0, nil
-	case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
+	case terminal(pod):
 		return 0, nil
 	}
 
@@ -383,6 +453,12 @@ func (k *Kubelet) sync(ctx context.Context, key string) (time.Duration, error) {
 		}
 	}
 	fault := k.faultFor(pod)
+	switch {
+	case fault == Fail && pod.Spec.RestartPolicy != corev1.RestartPolicyNever:
+		fault = CrashLoop // the kubelet restarts the failed container
+	case fault == CrashLoop && pod.Spec.RestartPolicy == corev1.RestartPolicyNever:
+		fault = Fail // nothing restarts it
+	}
 	probe := k.probeFor(pod)
 	again := time.Duration(0)
 	switch {
@@ -391,6 +467,15 @@ func (k *Kubelet) sync(ctx context.Context, key string) (time.Duration, error) {
 	case probe != nil:
 		again = probePeriod
 	}
+	if exitCode, ok := exitsAtEnd(pod, fault); ok && pod.Status.Phase == corev1.PodRunning {
+		if wait := time.Until(k.startedAt(pod).Add(k.opts.RunTime)); wait > 0 {
+			if again == 0 || wait < again {
+				again = wait
+			}
+		} else {
+			return 0, k.writeStatus(ctx, pod, terminatedStatus(pod, exitCode, 0))
+		}
+	}
 	want, err := k.runningStatus(pod, fault, probe)
 	if err != nil {
 		return 0, err
@@ -398,19 +483,115 @@ func (k *Kubelet) sync(ctx context.Context, key string) (time.Duration, error) {
 	if statusEqual(&pod.Status, want) {
 		return again, nil
 	}
-	updated := pod.DeepCopy()
-	updated.Status = *want
-	if _, err := k.client.CoreV1().Pods(ns).UpdateStatus(ctx, updated, metav1.UpdateOptions{}); err != nil {
+	if pod.Status.Phase != corev1.PodRunning {
+		k.mu.Lock()
+		if _, ok := k.started[pod.UID]; !ok {
+			k.started[pod.UID] = time.Now()
+		}
+		k.mu.Unlock()
+	}
+	if err := k.writeStatus(ctx, pod, want); err != nil {
 		return 0, err
 	}
 	return again, nil
 }
 
-func (k *Kubelet) bind(ctx context.Context, pod *corev1.Pod) error {
+func (k *Kubelet) writeStatus(ctx context.Context, pod *corev1.Pod, status *corev1.PodStatus) error {
+	updated := pod.DeepCopy()
+	updated.Status = *status
+	_, err := k.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{})
+	return err
+}
+
+func terminal(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+}
+
+// exitsAtEnd reports whether pod's app containers exit on their own when
+// their run ends, and the first one's exit code: a pod that runs to
+// completion (restartPolicy Never or OnFailure) does, unless kept running;
+// under Fail (restartPolicy Never) the first container exits with 1.
+func exitsAtEnd(pod *corev1.Pod, fault PodFault) (int32, bool) {
+	switch {
+	case pod.Spec.RestartPolicy != corev1.RestartPolicyNever && pod.Spec.RestartPolicy != corev1.RestartPolicyOnFailure:
+		return 0, false
+	case fault == KeepRunning || fault == CrashLoop:
+		return 0, false
+	case fault == Fail:
+		return 1, true
+	}
+	return 0, true
+}
+
+// startedAt is when this kubelet reported pod Running. Status timestamps
+// have one-second resolution; the kubelet's own record is exact.
+func (k *Kubelet) startedAt(pod *corev1.Pod) time.Time {
 	k.mu.Lock()
-	node := k.nodes[k.bindNext%len(k.nodes)]
-	k.bindNext++
-	k.mu.Unlock()
+	defer k.mu.Unlock()
+	if t, ok := k.started[pod.UID]; ok {
+		return t
+	}
+	if pod.Status.StartTime != nil {
+		return pod.Status.StartTime.Time
+	}
+	return pod.CreationTimestamp.Time
+}
+
+// stop finishes a terminating pod the way a kubelet does: StopDelay after
+// it saw the deletion (at most the grace period) its containers have
+// stopped, it reports the terminal status, then deletes the pod with a
+// zero grace period. An evicted pod goes the same way: the Eviction API
+// deletes it with its grace period. A pod whose finalizers hold it (a
+// Job's, until the job controller has counted it) stays, terminal.
+func (k *Kubelet) stop(ctx context.Context, pod *corev1.Pod) (time.Duration, error) {
+	if g := pod.DeletionGracePeriodSeconds; g != nil && *g == 0 && len(pod.Finalizers) > 0 && terminal(pod) {
+		return 0, nil
+	}
+	if pod.Status.Phase == corev1.PodRunning && slices.Contains(k.nodes, pod.Spec.NodeName) {
+		k.mu.Lock()
+		seen, ok := k.stopping[pod.UID]
+		if !ok {
+			seen = time.Now()
+			k.stopping[pod.UID] = seen
+		}
+		k.mu.Unlock()
+		delay := k.opts.StopDelay
+		if g := pod.DeletionGracePeriodSeconds; g != nil && time.Duration(*g)*time.Second < delay {
+			delay = time.Duration(*g) * time.Second
+		}
+		if wait := time.Until(seen.Add(delay)); wait > 0 {
+			return wait, nil
+		}
+		// Stopped by SIGTERM: the pod ends Failed, as a real kubelet
+		// reports a deleted pod before it removes it.
+		err := k.writeStatus(ctx, pod, terminatedStatus(pod, sigtermExitCode, sigtermExitCode))
+		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			return 0, nil // gone, or changed: the event brings it back
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
+	err := k.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+		GracePeriodSeconds: ptr.To[int64](0),
+		Preconditions:      &metav1.Preconditions{UID: &pod.UID},
+	})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return 0, nil
+	}
+	return 0, err
+}
+
+// bind binds pod to a node, as the scheduler would: the next node, round
+// robin, that its nodeSelector and required node affinity admit. A
+// DaemonSet's pod names its one node by a matchFields term on
+// metadata.name. The nodes have no taints, so tolerations do not matter.
+// A pod no node admits is marked unschedulable and left pending.
+func (k *Kubelet) bind(ctx context.Context, pod *corev1.Pod) error {
+	node, ok := k.pickNode(pod)
+	if !ok {
+		return k.markUnschedulable(ctx, pod)
+	}
 	binding := &corev1.Binding{
 		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID},
 		Target:     corev1.ObjectReference{Kind: "Node", Name: node},
@@ -420,6 +601,122 @@ func (k *Kubelet) bind(ctx context.Context, pod *corev1.Pod) error {
 		return nil // already bound; the update event brings it back
 	}
 	return err
+}
+
+func (k *Kubelet) pickNode(pod *corev1.Pod) (string, bool) {
+	required := nodeaffinity.GetRequiredNodeAffinity(pod)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for i := range k.nodeObjs {
+		n := (k.bindNext + i) % len(k.nodeObjs)
+		if ok, err := required.Match(k.nodeObjs[n]); err == nil && ok {
+			k.bindNext = n + 1
+			return k.nodeObjs[n].Name, true
+		}
+	}
+	return "", false
+}
+
+func (k *Kubelet) markUnschedulable(ctx context.Context, pod *corev1.Pod) error {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+			return nil
+		}
+	}
+	st := pod.Status.DeepCopy()
+	st.Conditions = append(st.Conditions, corev1.PodCondition{
+		Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
+		Message:            fmt.Sprintf("0/%d nodes are available: %d node(s) didn't match Pod's node affinity/selector.", len(k.nodes), len(k.nodes)),
+		LastTransitionTime: metav1.Now(),
+	})
+	err := k.writeStatus(ctx, pod, st)
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	return err
+}
+
+// sigtermExitCode is what a process that does not catch SIGTERM exits with.
+const sigtermExitCode = 128 + 15
+
+// terminatedStatus is the status a kubelet reports once pod's containers
+// have exited: the first app container with firstExit, the others with
+// othersExit, native sidecars stopped after them with 0, as Envoy exits on
+// SIGTERM. The pod is Succeeded when every app container exited 0, Failed
+// otherwise.
+func terminatedStatus(pod *corev1.Pod, firstExit, othersExit int32) *corev1.PodStatus {
+	st := pod.Status.DeepCopy()
+	now := metav1.Now()
+	terminate := func(cs *corev1.ContainerStatus, code int32) {
+		if cs.State.Terminated != nil {
+			return // a classic init container, completed long ago
+		}
+		started := now
+		if r := cs.State.Running; r != nil {
+			started = r.StartedAt
+		}
+		reason := "Completed"
+		if code != 0 {
+			reason = "Error"
+		}
+		cs.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+			ExitCode: code, Reason: reason, StartedAt: started, FinishedAt: now, ContainerID: cs.ContainerID,
+		}}
+		cs.Ready, cs.Started = false, ptr.To(false)
+	}
+	st.Phase = corev1.PodSucceeded
+	for i := range st.ContainerStatuses {
+		code := othersExit
+		if i == 0 {
+			code = firstExit
+		}
+		if code != 0 {
+			st.Phase = corev1.PodFailed
+		}
+		terminate(&st.ContainerStatuses[i], code)
+	}
+	for i := range st.InitContainerStatuses {
+		terminate(&st.InitContainerStatuses[i], 0)
+	}
+	st.Conditions = append([]corev1.PodCondition{
+		podCondition(pod, corev1.PodReadyToStartContainers, false, "", now),
+		podCondition(pod, corev1.PodInitialized, true, "", now),
+		podCondition(pod, corev1.ContainersReady, false, "PodCompleted", now),
+		podCondition(pod, corev1.PodReady, false, "PodCompleted", now),
+		podCondition(pod, corev1.PodScheduled, true, "", now),
+	}, othersConditions(pod)...)
+	return st
+}
+
+// othersConditions are the conditions of pod the kubelet does not own,
+// such as the DisruptionTarget the Eviction API adds; a kubelet keeps them.
+func othersConditions(pod *corev1.Pod) []corev1.PodCondition {
+	var out []corev1.PodCondition
+	for _, c := range pod.Status.Conditions {
+		switch c.Type {
+		case corev1.PodReadyToStartContainers, corev1.PodInitialized, corev1.ContainersReady, corev1.PodReady, corev1.PodScheduled:
+		default:
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// podCondition is a condition of pod's status, its transition time kept
+// when the status did not change, as a kubelet does: otherwise every
+// resync would look like a change.
+func podCondition(pod *corev1.Pod, t corev1.PodConditionType, ok bool, reason string, now metav1.Time) corev1.PodCondition {
+	c := corev1.PodCondition{Type: t, Status: corev1.ConditionTrue, LastTransitionTime: now}
+	if !ok {
+		c.Status = corev1.ConditionFalse
+		c.Reason = reason
+	}
+	for _, old := range pod.Status.Conditions {
+		if old.Type == t && old.Status == c.Status {
+			c.LastTransitionTime = old.LastTransitionTime
+		}
+	}
+	return c
 }
 
 // runningStatus is the status a kubelet reports for pod once its containers
@@ -459,7 +756,7 @@ func (k *Kubelet) runningStatus(pod *corev1.Pod, fault PodFault, probe func(*cor
 		st.InitContainerStatuses = append(st.InitContainerStatuses, cs)
 	}
 
-	ready := fault == 0
+	ready := fault != HoldUnready && fault != CrashLoop
 	if ready && probe != nil {
 		// The probe sees the pod with its IP, as a kubelet probes it.
 		probed := pod.DeepCopy()
@@ -498,27 +795,15 @@ func (k *Kubelet) runningStatus(pod *corev1.Pod, fault PodFault, probe func(*cor
 	}
 
 	cond := func(t corev1.PodConditionType, ok bool, reason string) corev1.PodCondition {
-		c := corev1.PodCondition{Type: t, Status: corev1.ConditionTrue, LastTransitionTime: now}
-		if !ok {
-			c.Status = corev1.ConditionFalse
-			c.Reason = reason
-		}
-		// Keep the transition time when the status did not change, as a
-		// kubelet does; otherwise every resync would look like a change.
-		for _, old := range pod.Status.Conditions {
-			if old.Type == t && old.Status == c.Status {
-				c.LastTransitionTime = old.LastTransitionTime
-			}
-		}
-		return c
+		return podCondition(pod, t, ok, reason, now)
 	}
-	st.Conditions = []corev1.PodCondition{
+	st.Conditions = append([]corev1.PodCondition{
 		cond(corev1.PodReadyToStartContainers, true, ""),
 		cond(corev1.PodInitialized, true, ""),
 		cond(corev1.ContainersReady, ready, "ContainersNotReady"),
 		cond(corev1.PodReady, ready, "ContainersNotReady"),
 		cond(corev1.PodScheduled, true, ""),
-	}
+	}, othersConditions(pod)...)
 	return st, nil
 }
 

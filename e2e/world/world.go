@@ -27,6 +27,15 @@ type Options struct {
 	MeshV1 bool
 	// ReadyDelay is how long the fake kubelet takes to start a pod; default 100ms.
 	ReadyDelay time.Duration
+	// RunTime is how long a pod that runs to completion (a Job's) runs
+	// before its containers exit; default 1s.
+	RunTime time.Duration
+	// StopDelay is how long a deleted pod's containers take to stop before
+	// the fake kubelet reports it terminated and removes it, at most its
+	// grace period; default 200ms. Time enough for the disruption
+	// controller to see a pod terminating, as it does in a cluster, before
+	// a StatefulSet recreates it under the same name.
+	StopDelay time.Duration
 	// RequestRate is the default requests per second per workload.
 	RequestRate float64
 	// NoPrometheus skips Prometheus, for scenarios that need none.
@@ -65,6 +74,9 @@ func Start(ctx context.Context, opts Options) (_ *World, err error) {
 	if opts.ReadyDelay == 0 {
 		opts.ReadyDelay = 100 * time.Millisecond
 	}
+	if opts.StopDelay == 0 {
+		opts.StopDelay = 200 * time.Millisecond
+	}
 	w := &World{}
 	defer func() {
 		if err != nil {
@@ -76,7 +88,7 @@ func Start(ctx context.Context, opts Options) (_ *World, err error) {
 		cdir = opts.Dir + "/cluster"
 	}
 	w.Cluster, err = cluster.Start(ctx, cluster.Options{
-		Kubelet: cluster.KubeletOptions{ReadyDelay: opts.ReadyDelay},
+		Kubelet: cluster.KubeletOptions{ReadyDelay: opts.ReadyDelay, RunTime: opts.RunTime, StopDelay: opts.StopDelay},
 		Logf:    opts.Logf,
 		Dir:     cdir,
 	})
