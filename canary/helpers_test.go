@@ -79,7 +79,7 @@ func snap(ws ...Workload) Snapshot {
 			Annotations: map[string]string{AnnotationTargetRevision: "1-26"},
 		},
 		Workloads: ws,
-		Mesh:        mesh(),
+		Mesh:      mesh(),
 	}
 }
 

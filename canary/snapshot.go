@@ -10,9 +10,9 @@ import (
 // Snapshot is what the agent gathered about one namespace: plain data read
 // from the informer caches, so that every decision is a pure function of it.
 type Snapshot struct {
-	Namespace   Namespace
+	Namespace Namespace
 	Workloads []Workload
-	Mesh        Mesh
+	Mesh      Mesh
 	// Peers are the other namespaces that opted in, for priority order and
 	// concurrency.
 	Peers []Peer
