@@ -157,6 +157,9 @@ type Holders struct {
 	// FinishedPods counts the pods of Finished.
 	FinishedPods int      `json:"finishedPods"`
 	Finished     []Holder `json:"finished"`
+	// Note is a remark of the caller's on the question, such as a tag
+	// asked for where a revision was meant.
+	Note string `json:"note,omitempty"`
 }
 
 // PodsByReason counts the pods of every holder, finished ones included,
