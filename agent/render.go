@@ -199,10 +199,10 @@ func holdersSummary(h canary.Holders) string {
 	if h.Pods == 0 {
 		s += "no pod runs its proxy"
 	} else {
-		s += fmt.Sprintf("%s in %s still run its proxy", plural(h.Pods, "pod"), plural(len(h.Holders), "workload"))
+		s += fmt.Sprintf("%s in %s still %s its proxy", plural(h.Pods, "pod"), plural(len(h.Holders), "workload"), verb(h.Pods, "runs", "run"))
 	}
 	if h.FinishedPods > 0 {
-		s += fmt.Sprintf("; %s still carry it", plural(h.FinishedPods, "completed or failed pod"))
+		s += fmt.Sprintf("; %s still %s it", plural(h.FinishedPods, "completed or failed pod"), verb(h.FinishedPods, "carries", "carry"))
 	}
 	return s
 }
@@ -212,6 +212,13 @@ func plural(n int, word string) string {
 		return "1 " + word
 	}
 	return fmt.Sprintf("%d %ss", n, word)
+}
+
+func verb(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // holderState is a holder's state in words, with its wave.

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -97,6 +98,23 @@ func TestHoldersOfAnEmptyRevision(t *testing.T) {
   "finished": []
 }
 `, holdersOutput(t, objs, jobs, "1-24", "json"))
+}
+
+func TestTheSummaryCountsInWords(t *testing.T) {
+	one := canary.Holders{Revision: "1-25", Pods: 1, FinishedPods: 1,
+		Holders:  []canary.Holder{{Namespace: "batch", Kind: "Pod", Name: "debug", State: canary.HolderCannot, Code: canary.ReasonBarePod, Reason: "needs a person", Pods: []string{"debug"}}},
+		Finished: []canary.Holder{{Namespace: "batch", Kind: "Pod", Name: "once", State: canary.HolderFinished, Phase: "Failed", Pods: []string{"once"}}}}
+	var out bytes.Buffer
+	require.NoError(t, agent.RenderHolders(&out, one, "table"))
+	assert.Equal(t, "revision 1-25: 1 pod in 1 workload still runs its proxy; 1 completed or failed pod still carries it\n", strings.SplitAfter(out.String(), "\n")[0])
+	one.Pods, one.Holders = 0, nil
+	out.Reset()
+	require.NoError(t, agent.RenderHolders(&out, one, "table"))
+	assert.Equal(t, `revision 1-25: no pod runs its proxy; 1 completed or failed pod still carries it
+
+COMPLETED OR FAILED  OWNER     PHASE   PODS
+batch                Pod/once  Failed  once
+`, out.String())
 }
 
 func TestHoldersTakesOneRevision(t *testing.T) {
