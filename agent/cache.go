@@ -10,12 +10,15 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	admissionreglisters "k8s.io/client-go/listers/admissionregistration/v1"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	policylisters "k8s.io/client-go/listers/policy/v1"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/meshwave/meshwave/canary"
@@ -40,6 +43,12 @@ type Caches struct {
 	informers map[string]cache.SharedIndexInformer
 	cancel    context.CancelFunc
 	stop      <-chan struct{}
+
+	// Jobs are the Jobs' metadata (*metav1.PartialObjectMetadata), which
+	// names the CronJob that created each; nil unless WatchJobs was called.
+	Jobs cache.GenericLister
+	// metaFactory holds the metadata-only informers.
+	metaFactory metadatainformer.SharedInformerFactory
 }
 
 // NewCaches builds the informers. Their transform keeps only what
@@ -78,11 +87,38 @@ func NewCaches(client kubernetes.Interface, resync time.Duration, persist []stri
 	return c
 }
 
+// jobsResource is batch/v1 Jobs.
+var jobsResource = schema.GroupVersionResource{Group: "batch", Version: "v1", Resource: "jobs"}
+
+// WatchJobs adds an informer of the Jobs' metadata, before Start: a pod's
+// Job names its CronJob in its ownerReferences, and metadata alone keeps
+// a Job in the cache at a few hundred bytes, without its pod template.
+func (c *Caches) WatchJobs(client metadata.Interface, resync time.Duration) {
+	c.metaFactory = metadatainformer.NewSharedInformerFactoryWithOptions(client, resync, metadatainformer.WithTransform(ownersOnly))
+	jobs := c.metaFactory.ForResource(jobsResource)
+	c.Jobs = jobs.Lister()
+	c.informers["jobs"] = jobs.Informer()
+}
+
+// ownersOnly keeps of an object's metadata what names it and its owners.
+func ownersOnly(obj any) (any, error) {
+	if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
+		return &metav1.PartialObjectMetadata{TypeMeta: m.TypeMeta, ObjectMeta: metav1.ObjectMeta{
+			Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion,
+			OwnerReferences: m.OwnerReferences,
+		}}, nil
+	}
+	return obj, nil
+}
+
 // Start starts the informers; they run until ctx ends or Shutdown.
 func (c *Caches) Start(ctx context.Context) {
 	ctx, c.cancel = context.WithCancel(ctx)
 	c.stop = ctx.Done()
 	c.factory.Start(c.stop)
+	if c.metaFactory != nil {
+		c.metaFactory.Start(c.stop)
+	}
 }
 
 // WaitForSync blocks until every cache has synced or they are stopped.
@@ -90,6 +126,13 @@ func (c *Caches) WaitForSync() bool {
 	for _, ok := range c.factory.WaitForCacheSync(c.stop) {
 		if !ok {
 			return false
+		}
+	}
+	if c.metaFactory != nil {
+		for _, ok := range c.metaFactory.WaitForCacheSync(c.stop) {
+			if !ok {
+				return false
+			}
 		}
 	}
 	return true
@@ -111,6 +154,9 @@ func (c *Caches) Shutdown() {
 		c.cancel()
 	}
 	c.factory.Shutdown()
+	if c.metaFactory != nil {
+		c.metaFactory.Shutdown()
+	}
 }
 
 func transform(keepPodAnnotations map[string]bool) cache.TransformFunc {

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -48,6 +49,9 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// TracerProvider receives the agent's spans; nil exports none.
 	TracerProvider trace.TracerProvider
+	// Metadata reads the Jobs' metadata, to tell a CronJob's pods in
+	// meshwave_revision_holders; nil counts them as their Job's.
+	Metadata metadata.Interface
 }
 
 // Controller moves opted-in namespaces between revisions, one reconcile of
@@ -99,6 +103,9 @@ func New(opts Options) (*Controller, error) {
 		starting: map[string]time.Time{},
 		expect:   newExpectations(),
 	}
+	if opts.Metadata != nil {
+		c.caches.WatchJobs(opts.Metadata, opts.Config.ResyncPeriod.D())
+	}
 	if c.gates == nil {
 		deps := opts.GateDeps
 		if deps.Istiods == nil {
@@ -116,6 +123,7 @@ func New(opts Options) (*Controller, error) {
 	if opts.Registerer != nil {
 		c.metrics = NewMetrics(opts.Registerer, c.caches, c.clock)
 		c.metrics.state.progress = &c.progress
+		opts.Registerer.MustRegister(NewHoldersCollector(c.caches, opts.Config.RootNamespace, c.decisions.Sizes))
 	}
 	c.tracer = NewTracer(opts.TracerProvider)
 	if c.recorder == nil {

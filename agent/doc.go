@@ -23,6 +23,11 @@
 //	meshwave_analysis_baseline{namespace,check}         the value before the wave's restart
 //	meshwave_analysis_result{namespace,check,result}    1 for the check's last result
 //
+// The pods of every revision, cluster-wide, are classified from the caches
+// at scrape time (canary.ClassifyHolders, as meshwave holders does):
+//
+//	meshwave_revision_holders{revision,reason}          pods by reason code (canary.HolderReasons), 0 included
+//
 // Counted as they happen:
 //
 //	meshwave_analysis_verdicts_total{namespace,check,result}

@@ -361,3 +361,51 @@ func (q queueMetrics) NewLongestRunningProcessorSecondsMetric(name string) workq
 func (q queueMetrics) NewRetriesMetric(name string) workqueue.CounterMetric {
 	return q.register(prometheus.NewCounter(prometheus.CounterOpts{Name: "meshwave_workqueue_retries_total", Help: "Items requeued after an error.", ConstLabels: prometheus.Labels{"queue": name}})).(prometheus.Counter)
 }
+
+var holdersDesc = prometheus.NewDesc("meshwave_revision_holders",
+	"Pods injected by a revision, by reason code: running its proxy (will_move, moving, cronjob, job, bare_pod, not_opted_in, ...) or finished (pod_succeeded, pod_failed). Every installed revision and every revision a pod carries has a series per code, 0 included.",
+	[]string{"revision", "reason"}, nil)
+
+// holdersCollector reports, at scrape time and from the caches, the pods
+// that still hold each revision, by reason: the count of meshwave holders
+// for every revision at once.
+type holdersCollector struct {
+	caches        *Caches
+	rootNamespace string
+	sizes         canary.WaveSizes
+}
+
+// NewHoldersCollector builds the collector of meshwave_revision_holders.
+// Like the namespace state, every replica reports it from its own caches.
+func NewHoldersCollector(caches *Caches, rootNamespace string, sizes canary.WaveSizes) prometheus.Collector {
+	return &holdersCollector{caches: caches, rootNamespace: rootNamespace, sizes: sizes}
+}
+
+func (c *holdersCollector) Describe(ch chan<- *prometheus.Desc) { ch <- holdersDesc }
+
+// Collect reports nothing until the caches synced: a partial count would
+// say a revision is emptier than it is.
+func (c *holdersCollector) Collect(ch chan<- prometheus.Metric) {
+	if !c.caches.Synced() {
+		return
+	}
+	all, err := c.caches.Holders(c.rootNamespace, c.sizes, func(string) bool { return true })
+	if err != nil {
+		return
+	}
+	revisions := map[string]bool{}
+	for rev := range all {
+		revisions[rev] = true
+	}
+	if m, err := c.caches.mesh(c.rootNamespace); err == nil {
+		for rev := range m.Revisions {
+			revisions[rev] = true
+		}
+	}
+	for rev := range revisions {
+		counts := all[rev].PodsByReason()
+		for _, code := range canary.HolderReasons {
+			ch <- prometheus.MustNewConstMetric(holdersDesc, prometheus.GaugeValue, float64(counts[code]), rev, string(code))
+		}
+	}
+}

@@ -148,3 +148,91 @@ func verdictSummary(vs []canary.Verdict) string {
 	}
 	return strings.Join(parts, ", ")
 }
+
+// RenderHolders writes what holds a revision: a summary line, then a table
+// of the pods that run its proxy, by namespace and owner, each with what
+// meshwave does about it and why, and a table of the completed and failed
+// pods apart, named so that they can be deleted; or JSON when format is
+// "json".
+func RenderHolders(out io.Writer, h canary.Holders, format string) error {
+	if format == "json" {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(h)
+	}
+	fmt.Fprintln(out, holdersSummary(h))
+	if h.Note != "" {
+		fmt.Fprintln(out, "note: "+h.Note)
+	}
+	if len(h.Holders) > 0 {
+		fmt.Fprintln(out)
+		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "NAMESPACE\tOWNER\tPODS\tSTATE\tWHY")
+		for _, x := range h.Holders {
+			fmt.Fprintf(tw, "%s\t%s/%s\t%d\t%s\t%s\n", x.Namespace, x.Kind, x.Name, len(x.Pods), holderState(x), x.Reason)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if len(h.Finished) > 0 {
+		fmt.Fprintln(out)
+		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "COMPLETED OR FAILED\tOWNER\tPHASE\tPODS")
+		for _, x := range h.Finished {
+			fmt.Fprintf(tw, "%s\t%s/%s\t%s\t%s\n", x.Namespace, x.Kind, x.Name, x.Phase, strings.Join(x.Pods, " "))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// holdersSummary is one line: how many pods run the revision's proxy, in
+// how many workloads, and how many completed or failed pods still carry it.
+func holdersSummary(h canary.Holders) string {
+	if h.Pods == 0 && h.FinishedPods == 0 {
+		return "revision " + h.Revision + " holds no pod"
+	}
+	s := "revision " + h.Revision + ": "
+	if h.Pods == 0 {
+		s += "no pod runs its proxy"
+	} else {
+		s += fmt.Sprintf("%s in %s still %s its proxy", plural(h.Pods, "pod"), plural(len(h.Holders), "workload"), verb(h.Pods, "runs", "run"))
+	}
+	if h.FinishedPods > 0 {
+		s += fmt.Sprintf("; %s still %s it", plural(h.FinishedPods, "completed or failed pod"), verb(h.FinishedPods, "carries", "carry"))
+	}
+	return s
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
+}
+
+func verb(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// holderState is a holder's state in words, with its wave.
+func holderState(h canary.Holder) string {
+	switch h.State {
+	case canary.HolderWillMove:
+		return fmt.Sprintf("will move (wave %d)", h.Wave)
+	case canary.HolderMoving:
+		if h.Wave > 0 {
+			return fmt.Sprintf("is moving (wave %d)", h.Wave)
+		}
+		return "is moving"
+	case canary.HolderLeaving:
+		return "is leaving"
+	}
+	return string(h.State)
+}

@@ -48,6 +48,7 @@ commands:
   run      run the agent
   plan     print the waves the agent would run now, without writing anything
   status   print each namespace's migration: phase, wave, workloads, verdicts
+  holders  list every pod still injected by a revision, and whether meshwave will move it
   version  print meshwave's version
 
 run "%[1]s <command> -h" for a command's flags`, c.name)
@@ -59,8 +60,13 @@ type usageError struct{ msg string }
 
 func (e *usageError) Error() string { return e.msg }
 
+// errHeld is holders' answer that pods still run the revision's proxy: it
+// exits 3, with nothing more to say than the output did.
+var errHeld = errors.New("the revision still runs proxies")
+
 // run runs the command line args (without the program name) and returns
-// the exit code: 0, 1 when the command failed, 2 for a bad command line.
+// the exit code: 0, 1 when the command failed, 2 for a bad command line,
+// and 3 when holders found pods that still run the revision's proxy.
 func (c cli) run(ctx context.Context, args []string) int {
 	if len(args) == 0 {
 		fmt.Fprintln(c.stderr, c.usage())
@@ -74,6 +80,8 @@ func (c cli) run(ctx context.Context, args []string) int {
 		err = c.planCommand(ctx, args[1:])
 	case "status":
 		err = c.statusCommand(ctx, args[1:])
+	case "holders":
+		err = c.holdersCommand(ctx, args[1:])
 	case "version", "--version", "-version":
 		err = c.versionCommand(args[1:])
 	case "-h", "--help", "-help", "help":
@@ -82,10 +90,17 @@ func (c cli) run(ctx context.Context, args []string) int {
 	default:
 		err = &usageError{fmt.Sprintf("unknown command %q\n%s", args[0], c.usage())}
 	}
+	return c.exitCode(err)
+}
+
+// exitCode reports err, if it says anything, and returns the exit code.
+func (c cli) exitCode(err error) int {
 	var usageErr *usageError
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return 0
+	case errors.Is(err, errHeld):
+		return 3
 	case errors.As(err, &usageErr):
 		fmt.Fprintf(c.stderr, "%s: %v\n", c.name, err)
 		return 2
@@ -103,6 +118,11 @@ type command struct {
 	hidden *flag.FlagSet
 	// helpHidden is the bool flag in shown that lists hidden; set when hidden is.
 	helpHidden string
+	// arg names the one argument the command takes, e.g. "<revision>";
+	// empty when it takes none.
+	arg string
+	// args are the arguments parse found, flags before and after them.
+	args []string
 }
 
 func newCommand(name string) *command {
@@ -126,9 +146,14 @@ func (c cli) parse(cmd *command, args []string) error {
 		})
 	}
 	err := all.Parse(args)
+	// Flags may follow an argument: "holders 1-25 -o json".
+	for err == nil && cmd.arg != "" && all.NArg() > 0 {
+		cmd.args = append(cmd.args, all.Arg(0))
+		err = all.Parse(all.Args()[1:])
+	}
 	switch {
 	case errors.Is(err, flag.ErrHelp):
-		c.printHelp(cmd.name, "flags", cmd.shown)
+		c.printHelp(strings.TrimSpace(cmd.name+" "+cmd.arg), "flags", cmd.shown)
 		if cmd.hidden != nil {
 			fmt.Fprintf(c.stdout, "\nklog's logging flags are accepted too; \"%s %s --%s\" lists them.\n", c.name, cmd.name, cmd.helpHidden)
 		}
@@ -137,6 +162,8 @@ func (c cli) parse(cmd *command, args []string) error {
 		return &usageError{fmt.Sprintf("%s: %v\nrun \"%s %s -h\" for its flags", cmd.name, err, c.name, cmd.name)}
 	case all.NArg() > 0:
 		return &usageError{fmt.Sprintf("%s takes no arguments, got %q\nrun \"%s %s -h\" for its flags", cmd.name, all.Args(), c.name, cmd.name)}
+	case cmd.arg != "" && len(cmd.args) != 1:
+		return &usageError{fmt.Sprintf("%s takes one argument, %s, got %q\nrun \"%s %s -h\" for its flags", cmd.name, cmd.arg, cmd.args, c.name, cmd.name)}
 	}
 	if cmd.hidden != nil && all.Lookup(cmd.helpHidden).Value.String() == "true" {
 		c.printHelp(cmd.name, "logging flags (klog)", cmd.hidden)

@@ -3,6 +3,7 @@
 //	meshwave run    [--config FILE] [--metrics-address ADDR] [--kubeconfig FILE] [--context NAME]
 //	meshwave plan   [-o table|json] [--config FILE] [--kubeconfig FILE] [--context NAME]
 //	meshwave status [-o table|json] [--kubeconfig FILE] [--context NAME]
+//	meshwave holders REVISION [-o table|json] [--config FILE] [--kubeconfig FILE] [--context NAME]
 //	meshwave version
 //
 // Run as kubectl-meshwave, it is the kubectl plugin "kubectl meshwave".
@@ -23,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -61,16 +63,27 @@ func (c *common) restConfig() (*rest.Config, error) {
 }
 
 func (c *common) clients() (kubernetes.Interface, agent.Config, error) {
+	client, _, cfg, err := c.clientsWithMetadata()
+	return client, cfg, err
+}
+
+// clientsWithMetadata adds a client of objects' metadata, which reads
+// Jobs without their pod templates.
+func (c *common) clientsWithMetadata() (kubernetes.Interface, metadata.Interface, agent.Config, error) {
 	cfg, err := agent.LoadConfig(c.config)
 	if err != nil {
-		return nil, cfg, err
+		return nil, nil, cfg, err
 	}
 	rc, err := c.restConfig()
 	if err != nil {
-		return nil, cfg, err
+		return nil, nil, cfg, err
 	}
 	client, err := kubernetes.NewForConfig(rc)
-	return client, cfg, err
+	if err != nil {
+		return nil, nil, cfg, err
+	}
+	md, err := metadata.NewForConfig(rc)
+	return client, md, cfg, err
 }
 
 // runOptions are run's flags.
@@ -104,7 +117,7 @@ func (cl cli) runCommand(ctx context.Context, args []string) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Before any client or queue exists: client-go takes one registration.
 	agent.RegisterClientMetrics(reg)
-	client, cfg, err := opts.clients()
+	client, md, cfg, err := opts.clientsWithMetadata()
 	if err != nil {
 		return err
 	}
@@ -120,7 +133,7 @@ func (cl cli) runCommand(ctx context.Context, args []string) error {
 	// The chart passes the pod's name and IP from the downward API; the
 	// sync client names itself with them when it asks istiod.
 	deps := agent.GateDeps{PodName: os.Getenv("POD_NAME"), PodIP: os.Getenv("POD_IP")}
-	ctrl, err := agent.New(agent.Options{Client: client, Config: cfg, GateDeps: deps, Registerer: reg, TracerProvider: tp})
+	ctrl, err := agent.New(agent.Options{Client: client, Metadata: md, Config: cfg, GateDeps: deps, Registerer: reg, TracerProvider: tp})
 	if err != nil {
 		return err
 	}
@@ -145,17 +158,54 @@ func (cl cli) runCommand(ctx context.Context, args []string) error {
 
 // parseReadOnly parses the flags of plan or status: the common ones and -o.
 func (c cli) parseReadOnly(name string, args []string) (common, string, error) {
+	opts, format, _, err := c.parseReadOnlyArg(name, "", args)
+	return opts, format, err
+}
+
+// parseReadOnlyArg parses a read-only command that takes one argument,
+// named arg (none when empty), and returns it.
+func (c cli) parseReadOnlyArg(name, arg string, args []string) (common, string, string, error) {
 	var opts common
 	cmd := newCommand(name)
+	cmd.arg = arg
 	opts.register(cmd.shown)
 	format := cmd.shown.String("o", "table", "output `format`: table or json")
 	if err := c.parse(cmd, args); err != nil {
-		return opts, "", err
+		return opts, "", "", err
 	}
 	if *format != "table" && *format != "json" {
-		return opts, "", &usageError{fmt.Sprintf("%s: -o %q is not table or json", name, *format)}
+		return opts, "", "", &usageError{fmt.Sprintf("%s: -o %q is not table or json", name, *format)}
 	}
-	return opts, *format, nil
+	if len(cmd.args) == 1 {
+		return opts, *format, cmd.args[0], nil
+	}
+	return opts, *format, "", nil
+}
+
+// holdersCommand lists the pods of a revision. It exits 3 (errHeld) while
+// any of them runs its proxy, so that "meshwave holders 1-25 && helm
+// uninstall istiod-1-25" removes a control plane only once nothing needs
+// it; completed and failed pods are listed but do not count.
+func (cl cli) holdersCommand(ctx context.Context, args []string) error {
+	c, format, revision, err := cl.parseReadOnlyArg("holders", "<revision>", args)
+	if err != nil {
+		return err
+	}
+	client, md, cfg, err := c.clientsWithMetadata()
+	if err != nil {
+		return err
+	}
+	h, err := agent.HoldersNow(ctx, client, md, cfg, revision)
+	if err != nil {
+		return err
+	}
+	if err := agent.RenderHolders(cl.stdout, h, format); err != nil {
+		return err
+	}
+	if h.Pods > 0 {
+		return errHeld
+	}
+	return nil
 }
 
 func (cl cli) planCommand(ctx context.Context, args []string) error {

@@ -102,6 +102,15 @@ func build() (dashboard.Dashboard, error) {
 			WithTarget(query(`max by (namespace) `+leading(`meshwave_namespace_paused_seconds{`+ns+`} and on (instance, namespace) (meshwave_namespace_phase{phase="Paused"} == 1)`), "{{namespace}}").
 				Instant().Format(prometheus.PromQueryFormatTable)))
 
+	b = b.WithRow(dashboard.NewRowBuilder("Revisions")).
+		WithPanel(timeseries.NewPanelBuilder().Title("Pods still on each revision, by reason").
+			Description("Every pod a revision injected, cluster-wide, by what meshwave does about it: will_move and moving are on their way; " +
+				"cronjob, job, bare_pod, replicaset, not_opted_in, gateway, skip and the other reasons are not moved by meshwave; " +
+				"pod_succeeded and pod_failed run no proxy but count as the revision in use for tools that count pods. " +
+				"A revision is empty when it has no line left; meshwave holders <revision> lists the pods.").
+			Datasource(datasource).Height(8).Span(24).Min(0).Decimals(0).
+			WithTarget(query(`sum by (revision, reason) `+leading(`meshwave_revision_holders`)+` > 0`, "{{revision}} {{reason}}")))
+
 	b = b.WithRow(dashboard.NewRowBuilder("Analysis")).
 		WithPanel(timeseries.NewPanelBuilder().Title("Check values against thresholds").
 			Description("The last value of each metric check, for the wave's worst workload, and the threshold it is held against.").

@@ -1,0 +1,192 @@
+package agent
+
+import (
+	"context"
+	"errors"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+
+	"github.com/meshwave/meshwave/canary"
+)
+
+// HoldersNow reads the cluster once through fresh caches and lists every
+// pod injected by revision, with what meshwave will do about it. md reads
+// the Jobs' metadata, to name the CronJob behind a Job. A name no pod
+// carries that is a revision tag gets a note saying which revision to ask
+// for: pods carry revisions, and the tag "default" may point away from
+// the unnamed revision "default". It writes nothing.
+func HoldersNow(ctx context.Context, client kubernetes.Interface, md metadata.Interface, cfg Config, revision string) (canary.Holders, error) {
+	caches := NewCaches(client, 0, nil)
+	caches.WatchJobs(md, 0)
+	caches.Start(ctx)
+	defer caches.Shutdown()
+	if !caches.WaitForSync() {
+		return canary.Holders{}, errors.New("informer caches did not sync")
+	}
+	all, err := caches.Holders(cfg.RootNamespace, cfg.Decisions().Sizes, func(rev string) bool { return rev == revision })
+	if err != nil {
+		return canary.Holders{}, err
+	}
+	out, ok := all[revision]
+	if !ok {
+		out = canary.ClassifyHolders(canary.HoldersInput{Revision: revision})
+	}
+	if out.Pods+out.FinishedPods == 0 {
+		if m, err := caches.mesh(cfg.RootNamespace); err == nil {
+			if rev, ok := m.Tags[revision]; ok {
+				out.Note = "tag " + revision + " points at revision " + rev + "; pods carry revisions, not tags: ask for " + rev
+			}
+		}
+	}
+	return out, nil
+}
+
+// Holders classifies the pods of every revision wants accepts, from the
+// caches: one pass over the pods, owners resolved through the ReplicaSet
+// and Job caches, and each opted-in namespace that holds one planned once.
+func (c *Caches) Holders(rootNamespace string, sizes canary.WaveSizes, wants func(revision string) bool) (map[string]canary.Holders, error) {
+	pods, err := c.Pods.List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	// Pods of one template carry the same sidecar status: read each once.
+	revisionOf := map[string]string{}
+	byRevision := map[string][]canary.HolderPod{}
+	for _, p := range pods {
+		raw, ok := p.Annotations[canary.AnnotationSidecar]
+		if !ok {
+			continue
+		}
+		rev, seen := revisionOf[raw]
+		if !seen {
+			rev = canary.SidecarRevision(p.Annotations)
+			revisionOf[raw] = rev
+		}
+		if rev == "" || !wants(rev) {
+			continue
+		}
+		byRevision[rev] = append(byRevision[rev], canary.HolderPod{
+			Namespace: p.Namespace, Name: p.Name, Owner: c.ownerOf(p), Phase: string(p.Status.Phase),
+			Terminating: p.DeletionTimestamp != nil, RevLabel: p.Labels[canary.LabelRev],
+		})
+	}
+	if len(byRevision) == 0 {
+		return map[string]canary.Holders{}, nil
+	}
+	nsInfo, mesh, err := c.holderNamespaces(byRevision, rootNamespace, sizes)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]canary.Holders, len(byRevision))
+	for rev, ps := range byRevision {
+		out[rev] = canary.ClassifyHolders(canary.HoldersInput{Revision: rev, Pods: ps, Namespaces: nsInfo, Mesh: mesh})
+	}
+	return out, nil
+}
+
+// holderNamespaces reads the namespaces that hold the pods, and plans
+// those that opted in as the controller would. A namespace is planned in
+// full (its workloads gathered) only when a Deployment, StatefulSet or
+// DaemonSet of it holds a live pod off its target revision: the others'
+// holders need its target and status only, which a plan of no workload
+// gives, so a cluster whose migrations are over scrapes cheaply.
+func (c *Caches) holderNamespaces(byRevision map[string][]canary.HolderPod, rootNamespace string, sizes canary.WaveSizes) (map[string]canary.HolderNamespace, canary.Mesh, error) {
+	mesh, err := c.mesh(rootNamespace)
+	if err != nil {
+		return nil, mesh, err
+	}
+	out := map[string]canary.HolderNamespace{}
+	inputs := map[string]canary.PlanInput{}
+	var light []canary.PlanInput
+	for _, ps := range byRevision {
+		for _, p := range ps {
+			if _, seen := out[p.Namespace]; seen {
+				continue
+			}
+			ns, err := c.Namespaces.Get(p.Namespace)
+			if err != nil {
+				out[p.Namespace] = canary.HolderNamespace{Name: p.Namespace} // gone since the pods were listed
+				continue
+			}
+			h := canary.HolderNamespace{Name: ns.Name, Labels: ns.Labels}
+			if _, ok := ns.Annotations[canary.AnnotationTargetRevision]; ok {
+				h.Status, _, _ = canary.ParseStatus(ns.Annotations)
+				in := canary.PlanInput{Snapshot: canary.Snapshot{Namespace: canary.Namespace{Name: ns.Name, Labels: ns.Labels, Annotations: ns.Annotations}, Mesh: mesh}, Status: h.Status}
+				inputs[ns.Name] = in
+				light = append(light, in)
+			}
+			out[ns.Name] = h
+		}
+	}
+	targets := map[string]string{}
+	for _, p := range canary.PlanWaves(light, sizes) {
+		h := out[p.Namespace]
+		h.Plan = &p
+		out[p.Namespace] = h
+		targets[p.Namespace] = p.TargetRevision
+	}
+	full := map[string]bool{}
+	for rev, ps := range byRevision {
+		for _, p := range ps {
+			target, opted := targets[p.Namespace]
+			if !opted || target == "" || target == rev || full[p.Namespace] || p.Phase == string(corev1.PodSucceeded) || p.Phase == string(corev1.PodFailed) {
+				continue
+			}
+			switch p.Owner.Kind {
+			case canary.OwnerDeployment, canary.OwnerStatefulSet, canary.OwnerDaemonSet:
+				full[p.Namespace] = true
+			}
+		}
+	}
+	var planned []canary.PlanInput
+	for name := range full {
+		in := inputs[name]
+		ws, err := c.workloads(name)
+		if err != nil {
+			return nil, mesh, err
+		}
+		in.Snapshot.Workloads = ws
+		planned = append(planned, in)
+	}
+	for _, p := range canary.PlanWaves(planned, sizes) {
+		h := out[p.Namespace]
+		h.Plan = &p
+		out[p.Namespace] = h
+	}
+	return out, mesh, nil
+}
+
+// ownerOf resolves what keeps a pod: the Deployment behind its ReplicaSet,
+// the CronJob behind its Job, its StatefulSet or DaemonSet, or the pod
+// itself when nothing controls it. A ReplicaSet or Job the caches do not
+// hold (deleted, orphaning the pod, or Jobs not watched) is named as is.
+func (c *Caches) ownerOf(p *corev1.Pod) canary.Owner {
+	ref := metav1.GetControllerOfNoCopy(p)
+	if ref == nil {
+		return canary.Owner{Kind: canary.OwnerPod, Name: p.Name}
+	}
+	switch ref.Kind {
+	case canary.OwnerReplicaSet:
+		if rs, err := c.ReplicaSets.ReplicaSets(p.Namespace).Get(ref.Name); err == nil {
+			if up := metav1.GetControllerOfNoCopy(rs); up != nil {
+				return canary.Owner{Kind: up.Kind, Name: up.Name}
+			}
+		}
+	case canary.OwnerJob:
+		if c.Jobs == nil {
+			break
+		}
+		if obj, err := c.Jobs.ByNamespace(p.Namespace).Get(ref.Name); err == nil {
+			if job, ok := obj.(metav1.Object); ok {
+				if up := metav1.GetControllerOfNoCopy(job); up != nil && up.Kind == canary.OwnerCronJob {
+					return canary.Owner{Kind: canary.OwnerCronJob, Name: up.Name}
+				}
+			}
+		}
+	}
+	return canary.Owner{Kind: ref.Kind, Name: ref.Name}
+}
