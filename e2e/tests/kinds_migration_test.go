@@ -1,0 +1,262 @@
+package tests
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/meshwave/meshwave/canary"
+	"github.com/meshwave/meshwave/e2e/cluster"
+	"github.com/meshwave/meshwave/e2e/fixture"
+	"github.com/meshwave/meshwave/e2e/mesh"
+	"github.com/meshwave/meshwave/e2e/world"
+)
+
+// TestEveryWorkloadKindMigrates runs meshwave over every kind a namespace
+// holds, on Kubernetes' own StatefulSet, DaemonSet, Job and CronJob
+// controllers and the real istiods, with one agent for the whole world.
+func TestEveryWorkloadKindMigrates(t *testing.T) {
+	f := fixture.New(t, world.Options{NoPrometheus: true, RunTime: 500 * time.Millisecond})
+	cfg := testConfig(f)
+	cfg.Concurrency = 5
+	counter := newAPICounter()
+	startAgent(t, f, cfg, counter, "agent-kinds")
+
+	// First, alone in the world: one namespace of every kind, and what
+	// meshwave holders says before and after.
+	t.Run("one namespace of every kind completes, and only what cannot move still holds the old revision", func(t *testing.T) {
+		const ns = "kinds"
+		f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, nil).
+			Deployment(ns, "web").
+			StatefulSet(fixture.NewStatefulSet(ns, "db", 2, appsv1.RollingUpdateStatefulSetStrategyType)).
+			DaemonSet(fixture.NewDaemonSet(ns, "agent"))
+		f.World.Cluster.Kubelet.KeepRunning(cluster.PodSelector{Namespace: ns, Labels: fixture.PodSelector(map[string]string{"app": "nightly"})})
+		f.World.Cluster.Kubelet.KeepRunning(cluster.PodSelector{Namespace: ns, Labels: fixture.PodSelector(map[string]string{"app": "migrate"})})
+		cj := fixture.NewCronJob(ns, "nightly", "0 3 * * *")
+		created, err := f.Client.BatchV1().CronJobs(ns).Create(f.Ctx, cj, metav1.CreateOptions{})
+		require.NoError(t, err)
+		_, err = f.Client.BatchV1().Jobs(ns).Create(f.Ctx, fixture.JobFromCronJob(created, "nightly-manual"), metav1.CreateOptions{})
+		require.NoError(t, err)
+		_, err = f.Client.BatchV1().Jobs(ns).Create(f.Ctx, fixture.NewJob(ns, "migrate", 1, 1), metav1.CreateOptions{})
+		require.NoError(t, err)
+		bare := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "debug", Namespace: ns, Labels: map[string]string{"app": "debug"}},
+			Spec: fixture.NewPodTemplate("debug").Spec}
+		_, err = f.Client.CoreV1().Pods(ns).Create(f.Ctx, &bare, metav1.CreateOptions{})
+		require.NoError(t, err)
+		f.Given().RolledOut(ns)
+		f.WaitForStatefulSetRolledOut(ns, "db")
+		f.WaitForDaemonSetRolledOut(ns, "agent")
+		f.Eventually("the Jobs' and the bare pod's proxies to run", func() (bool, string) {
+			running := 0
+			for _, app := range []string{"nightly", "migrate", "debug"} {
+				for _, p := range f.Pods(ns, map[string]string{"app": app}) {
+					if p.Status.Phase == corev1.PodRunning {
+						running++
+					}
+				}
+			}
+			return running == 3, ""
+		})
+
+		out, code := runCLIExit(t, f, "holders", "1-25")
+		assert.Equal(t, 3, code, "a proxy still runs on 1-25")
+		assert.Equal(t, `revision 1-25: 10 pods in 6 workloads still run its proxy
+
+NAMESPACE  OWNER            PODS  STATE   WHY
+kinds      Deployment/web   2     cannot  namespace kinds has not opted in (no meshwave.io/target-revision): meshwave does not move this Deployment
+kinds      StatefulSet/db   2     cannot  namespace kinds has not opted in (no meshwave.io/target-revision): meshwave does not move this StatefulSet
+kinds      DaemonSet/agent  3     cannot  namespace kinds has not opted in (no meshwave.io/target-revision): meshwave does not move this DaemonSet
+kinds      CronJob/nightly  1     cannot  meshwave never restarts a Job: this CronJob's running Job finishes on 1-25, and its next run starts on 1-25 again (istio.io/rev=1-25 on namespace kinds)
+kinds      Job/migrate      1     cannot  meshwave never restarts a Job: this Job finishes on 1-25
+kinds      Pod/debug        1     cannot  a bare Pod has no controller to create it again: it needs a person; created again now, it would run 1-25 again (istio.io/rev=1-25 on namespace kinds)
+`, out)
+
+		// Opted in but paused: the plan, one ordered plan of every kind.
+		paused := "true"
+		f.When().AnnotateNamespace(ns, canary.AnnotationPaused, &paused)
+		optIn(f, ns, "1-26", 10)
+		waitForPhase(f, ns, canary.PhasePaused, time.Minute)
+		out, code = runCLIExit(t, f, "holders", "1-25")
+		assert.Equal(t, 3, code)
+		assert.Equal(t, `revision 1-25: 10 pods in 6 workloads still run its proxy
+
+NAMESPACE  OWNER            PODS  STATE               WHY
+kinds      Deployment/web   2     will move (wave 1)  meshwave moves this Deployment to 1-26 in wave 1, once namespace kinds resumes (meshwave.io/paused)
+kinds      StatefulSet/db   2     will move (wave 2)  meshwave moves this StatefulSet to 1-26 in wave 2, once namespace kinds resumes (meshwave.io/paused)
+kinds      DaemonSet/agent  3     will move (wave 2)  meshwave moves this DaemonSet to 1-26 in wave 2, once namespace kinds resumes (meshwave.io/paused)
+kinds      CronJob/nightly  1     cannot              meshwave never restarts a Job: this CronJob's running Job finishes on 1-25, and its next run starts on 1-25 again (istio.io/rev=1-25 on namespace kinds)
+kinds      Job/migrate      1     cannot              meshwave never restarts a Job: this Job finishes on 1-25
+kinds      Pod/debug        1     cannot              a bare Pod has no controller to create it again: it needs a person; created again now, it would run 1-25 again (istio.io/rev=1-25 on namespace kinds)
+`, out)
+
+		f.When().AnnotateNamespace(ns, canary.AnnotationPaused, nil)
+		st := waitForPhase(f, ns, canary.PhaseCompleted, 3*time.Minute)
+		assert.Equal(t, "moved 3 workloads to 1-26 in 2 waves", st.Reason)
+		assert.Equal(t, map[canary.Kind]canary.Counts{
+			canary.KindDeployment:  {Total: 1, Moved: 1},
+			canary.KindStatefulSet: {Total: 1, Moved: 1},
+			canary.KindDaemonSet:   {Total: 1, Moved: 1},
+		}, st.Kinds)
+		f.Then().PodsOnRevision(ns, "web", "1-26")
+		_, dbPods := f.WaitForStatefulSetRolledOut(ns, "db")
+		f.Then().PodsInjectedBy("1-26", dbPods)
+		_, agentPods := f.WaitForDaemonSetRolledOut(ns, "agent")
+		f.Then().PodsInjectedBy("1-26", agentPods)
+		var nodes []string
+		for _, p := range agentPods {
+			nodes = append(nodes, p.Spec.NodeName)
+		}
+		slices.Sort(nodes)
+		assert.Equal(t, fakeNodes, nodes, "one pod on each node")
+		// One write per moved workload, whatever its kind.
+		assert.Equal(t, map[string]int{"PATCH deployments " + ns + "/web": 1}, counter.writes("PATCH deployments "+ns))
+		assert.Equal(t, map[string]int{"PATCH statefulsets " + ns + "/db": 1}, counter.writes("PATCH statefulsets "+ns))
+		assert.Equal(t, map[string]int{"PATCH daemonsets " + ns + "/agent": 1}, counter.writes("PATCH daemonsets "+ns))
+		assert.Empty(t, counter.writes("POST pods "+ns), "no eviction of a rolling update")
+
+		// What is left is what meshwave cannot move, each with its reason.
+		out, code = runCLIExit(t, f, "holders", "1-25")
+		assert.Equal(t, 3, code)
+		assert.Equal(t, `revision 1-25: 3 pods in 3 workloads still run its proxy
+
+NAMESPACE  OWNER            PODS  STATE   WHY
+kinds      CronJob/nightly  1     cannot  meshwave never restarts a Job: this CronJob's running Job finishes on 1-25; its next run starts on 1-26 (istio.io/rev=1-26 on namespace kinds)
+kinds      Job/migrate      1     cannot  meshwave never restarts a Job: this Job finishes on 1-25
+kinds      Pod/debug        1     cannot  a bare Pod has no controller to create it again: it needs a person; created again now, it would run 1-26 (istio.io/rev=1-26 on namespace kinds)
+`, out)
+
+		// Once they are gone, the old revision holds nothing: the answer a
+		// script waits for before it removes the old control plane.
+		background := metav1.DeletePropagationBackground
+		for _, job := range []string{"nightly-manual", "migrate"} {
+			require.NoError(t, f.Client.BatchV1().Jobs(ns).Delete(f.Ctx, job, metav1.DeleteOptions{PropagationPolicy: &background}))
+		}
+		require.NoError(t, f.Client.CoreV1().Pods(ns).Delete(f.Ctx, "debug", metav1.DeleteOptions{}))
+		f.Eventually("meshwave holders 1-25 to say it holds nothing", func() (bool, string) {
+			out, code = runCLIExit(t, f, "holders", "1-25")
+			return code == 0 && out == "revision 1-25 holds no pod\n", out
+		})
+	})
+
+	t.Run("an OnDelete StatefulSet is replaced one pod at a time, highest ordinal first, within its budget", func(t *testing.T) {
+		t.Parallel()
+		const ns = "ondelete"
+		f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, nil).
+			StatefulSet(fixture.NewStatefulSet(ns, "ledger", 3, appsv1.OnDeleteStatefulSetStrategyType)).
+			PodDisruptionBudget(fixture.NewPodDisruptionBudget(ns, "ledger", 1))
+		f.WaitForStatefulSetRolledOut(ns, "ledger")
+		log := watchPods(t, f, ns, []string{"ledger-0", "ledger-1", "ledger-2"})
+		optIn(f, ns, "1-26", 20)
+		st := waitForPhase(f, ns, canary.PhaseCompleted, 3*time.Minute)
+		assert.Equal(t, "moved 1 workloads to 1-26 in 1 waves", st.Reason)
+		_, pods := f.WaitForStatefulSetRolledOut(ns, "ledger")
+		f.Then().PodsInjectedBy("1-26", pods)
+		going, maxDown := log.result()
+		assert.Equal(t, []string{"ledger-2", "ledger-1", "ledger-0"}, going, "evicted highest ordinal first, each once")
+		assert.Equal(t, 1, maxDown, "never more than one pod down")
+		assert.Equal(t, map[string]int{"PATCH statefulsets " + ns + "/ledger": 1}, counter.writes("PATCH statefulsets "+ns))
+		for _, pod := range []string{"ledger-0", "ledger-1", "ledger-2"} {
+			assert.GreaterOrEqual(t, counter.get("POST pods "+ns+"/"+pod), 1, "%s evicted through the Eviction API", pod)
+			waitForEvent(f, "StatefulSet", ns, "ledger", "PodEvicted: evicting pod "+pod+" of statefulset ledger")
+		}
+	})
+
+	t.Run("a StatefulSet whose new pod never gets ready fails its wave and rolls back", func(t *testing.T) {
+		t.Parallel()
+		const ns = "stuck"
+		sts := fixture.NewStatefulSet(ns, "cache", 2, appsv1.RollingUpdateStatefulSetStrategyType)
+		sts.Annotations = map[string]string{canary.AnnotationReadinessTimeout: "5s"}
+		f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, nil).StatefulSet(sts)
+		f.WaitForStatefulSetRolledOut(ns, "cache")
+		release := f.World.Cluster.Kubelet.HoldUnready(cluster.PodSelector{Namespace: ns, Labels: fixture.PodSelector(map[string]string{"app": "cache"}), OnlyNew: true})
+		optIn(f, ns, "1-26", 30)
+		waitForPhase(f, ns, canary.PhaseRollingBack, 2*time.Minute)
+		// Its controller waits for the pod of the bad template before it
+		// rolls anything back: meshwave evicts it.
+		waitForEvent(f, "StatefulSet", ns, "cache", "PodEvicted: evicting pod cache-1 of statefulset cache: it never got ready")
+		release()
+		st := waitForPhase(f, ns, canary.PhaseRolledBack, 2*time.Minute)
+		assert.True(t, strings.HasPrefix(st.Reason, "rolled back 1 workloads to 1-25: wave 1 failed: rollout fail: StatefulSet/cache did not roll out within 5s"), st.Reason)
+		_, pods := f.WaitForStatefulSetRolledOut(ns, "cache")
+		f.Then().PodsInjectedBy("1-25", pods)
+		assert.Equal(t, 2, counter.get("PATCH statefulsets "+ns+"/cache"), "the move and its rollback")
+	})
+}
+
+// runCLIExit runs the meshwave binary against the world and returns its
+// stdout and exit code.
+func runCLIExit(t *testing.T, f *fixture.Fixture, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(meshwaveCLI(t), args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+f.World.Cluster.Kubeconfig)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		return string(out), exit.ExitCode()
+	}
+	require.NoError(t, err, "meshwave %v: %s", args, stderr.String())
+	return string(out), 0
+}
+
+// podLog watches a namespace's pods and keeps, in order, the pods that
+// began to go away, and the most pods of a set that were down at once.
+type podLog struct {
+	mu      sync.Mutex
+	going   []string
+	seen    map[string]bool
+	maxDown int
+}
+
+func watchPods(t *testing.T, f *fixture.Fixture, ns string, want []string) *podLog {
+	l := &podLog{seen: map[string]bool{}}
+	factory := informers.NewSharedInformerFactoryWithOptions(f.Client, 0, informers.WithNamespace(ns))
+	inf := factory.Core().V1().Pods().Informer()
+	lister := factory.Core().V1().Pods().Lister()
+	update := func(obj any) {
+		p, ok := obj.(*corev1.Pod)
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if ok && p.DeletionTimestamp != nil && !l.seen[string(p.UID)] {
+			l.seen[string(p.UID)] = true
+			l.going = append(l.going, p.Name)
+		}
+		down := 0
+		for _, name := range want {
+			p, err := lister.Pods(ns).Get(name)
+			if err != nil || p.DeletionTimestamp != nil || !fixture.PodReady(p) {
+				down++
+			}
+		}
+		l.maxDown = max(l.maxDown, down)
+	}
+	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: update, UpdateFunc: func(_, o any) { update(o) }, DeleteFunc: update,
+	})
+	require.NoError(t, err)
+	stop := make(chan struct{})
+	factory.Start(stop)
+	factory.WaitForCacheSync(stop)
+	t.Cleanup(func() { close(stop); factory.Shutdown() })
+	return l
+}
+
+func (l *podLog) result() ([]string, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.going), l.maxDown
+}
