@@ -240,6 +240,9 @@ func TestTheChartInstallsAndItsRBACSuffices(t *testing.T) {
 	f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, nil).
 		Deployment(ns, "a").Deployment(ns, "b").
 		Namespace("elsewhere", map[string]string{mesh.LabelRev: "1-25"}, nil).Deployment("elsewhere", "c").
+		Namespace("limits", nil, nil).
+		StatefulSet(fixture.NewStatefulSet("limits", "s", 1, appsv1.RollingUpdateStatefulSetStrategyType)).
+		DaemonSet(fixture.NewDaemonSet("limits", "d")).
 		RolledOut(ns).RolledOut("elsewhere")
 
 	// The token the chart projects into the agent's pod: its service
@@ -291,11 +294,22 @@ func TestTheChartInstallsAndItsRBACSuffices(t *testing.T) {
 		{"a namespace finalizer", "namespaces", ns, []byte(`{"metadata":{"finalizers":["example.com/hold"]}}`), "meshwave may not change the finalizers or owners of a namespace or workload"},
 		{"another namespace label", "namespaces", ns, []byte(`{"metadata":{"labels":{"team":"evil"}}}`), "meshwave may change only the istio.io/rev label of a namespace"},
 		{"another namespace annotation", "namespaces", ns, []byte(`{"metadata":{"annotations":{"owner":"evil"}}}`), "meshwave may change only meshwave.io/ annotations of a namespace"},
+		{"a StatefulSet partition", "statefulsets", "s", []byte(`{"spec":{"updateStrategy":{"rollingUpdate":{"partition":1}}}}`), "meshwave may not change a StatefulSet's pod spec, selector, replicas, volume claims or update strategy"},
+		{"a StatefulSet's replicas", "statefulsets", "s", []byte(`{"spec":{"replicas":0}}`), "meshwave may not change a StatefulSet's pod spec, selector, replicas, volume claims or update strategy"},
+		{"a StatefulSet container image", "statefulsets", "s", imagePatch, "meshwave may not change a StatefulSet's pod spec, selector, replicas, volume claims or update strategy"},
+		{"a StatefulSet label", "statefulsets", "s", []byte(`{"metadata":{"labels":{"team":"evil"}}}`), "meshwave may change only the meshwave.io/move annotation of a workload's metadata"},
+		{"a DaemonSet update strategy", "daemonsets", "d", []byte(`{"spec":{"updateStrategy":{"type":"OnDelete","rollingUpdate":null}}}`), "meshwave may not change a DaemonSet's pod spec, selector or update strategy"},
+		{"a DaemonSet pod template annotation it does not persist", "daemonsets", "d", []byte(`{"spec":{"template":{"metadata":{"annotations":{"prometheus.io/scrape":"false"}}}}}`), "meshwave may only write the restart stamp and the persisted sidecar settings into a pod template"},
 	} {
 		var err error
-		if tc.resource == "deployments" {
+		switch tc.resource {
+		case "deployments":
 			_, err = saClient.AppsV1().Deployments(ns).Patch(f.Ctx, tc.target, types.StrategicMergePatchType, tc.patch, metav1.PatchOptions{})
-		} else {
+		case "statefulsets":
+			_, err = saClient.AppsV1().StatefulSets("limits").Patch(f.Ctx, tc.target, types.StrategicMergePatchType, tc.patch, metav1.PatchOptions{})
+		case "daemonsets":
+			_, err = saClient.AppsV1().DaemonSets("limits").Patch(f.Ctx, tc.target, types.StrategicMergePatchType, tc.patch, metav1.PatchOptions{})
+		default:
 			_, err = saClient.CoreV1().Namespaces().Patch(f.Ctx, tc.target, types.MergePatchType, tc.patch, metav1.PatchOptions{})
 		}
 		require.Error(t, err, "the agent's account changes %s", tc.name)
@@ -304,6 +318,13 @@ func TestTheChartInstallsAndItsRBACSuffices(t *testing.T) {
 	}
 	_, err = f.Client.AppsV1().Deployments(ns).Patch(f.Ctx, "b", types.MergePatchType, []byte(`{"metadata":{"labels":{"team":"shop"}}}`), metav1.PatchOptions{})
 	require.NoError(t, err, "the limits concern only the agent's account")
+	// What a move writes passes on every kind: the move record and the
+	// restart stamp.
+	movePatch := []byte(`{"metadata":{"annotations":{"meshwave.io/move":"{}"}},"spec":{"template":{"metadata":{"annotations":{"kubectl.kubernetes.io/restartedAt":"2026-11-30T12:00:00Z"}}}}}`)
+	_, err = saClient.AppsV1().StatefulSets("limits").Patch(f.Ctx, "s", types.MergePatchType, movePatch, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+	require.NoError(t, err, "a move of a StatefulSet is within the limits")
+	_, err = saClient.AppsV1().DaemonSets("limits").Patch(f.Ctx, "d", types.MergePatchType, movePatch, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+	require.NoError(t, err, "a move of a DaemonSet is within the limits")
 	cfg := chartCfg
 	test := testConfig(f)
 	cfg.Gates.Sync = test.Gates.Sync
