@@ -140,3 +140,50 @@ func TestAStatefulSetRollingBackHasItsNeverReadyPodEvicted(t *testing.T) {
 	assert.False(t, ok)
 	assert.Equal(t, "pod db-1 is going away", why)
 }
+
+// startWaveOf plays the first decision of a one-wave migration of ws and
+// returns the snapshot with the moves on record and the status written.
+func startWaveOf(t *testing.T, cfg Config, ws ...Workload) (Snapshot, *Status) {
+	t.Helper()
+	s := snap(ws...)
+	d := Decide(Input{Snapshot: s, Now: t0, Config: cfg})
+	require.NotNil(t, d.Status)
+	require.Len(t, d.Moves, len(ws))
+	for _, m := range d.Moves {
+		for i := range s.Workloads {
+			if s.Workloads[i].Name == m.Workload {
+				s.Workloads[i].Annotations[AnnotationMove] = m.Record.Encode()
+			}
+		}
+	}
+	s.Namespace.Annotations[AnnotationStatus], _ = d.Status.Encode()
+	s.Namespace.Labels[LabelRev] = "1-26"
+	st, _, err := ParseStatus(s.Namespace.Annotations)
+	require.NoError(t, err)
+	return s, st
+}
+
+// A person who sets meshwave.io/skip on an OnDelete member mid-wave takes
+// it out of the wave: "left where it is". Its pods must not go on being
+// evicted while the rest of the wave rolls out.
+func TestAnOnDeleteMemberSkippedMidWaveHasNoPodEvicted(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Sizes.CanarySize = 2
+	s, st := startWaveOf(t, cfg, deploy("cart"), onDeleteSet())
+	s.Workloads[1].Annotations[AnnotationSkip] = "true"
+	pending := []Verdict{{Gate: "rollout", Result: ResultPending, Reason: "1 of 2 workloads rolling out", RetryAfter: 5 * time.Second}}
+	d := Decide(Input{Snapshot: s, Status: st, Verdicts: pending, Now: t0.Add(time.Second), Config: cfg})
+	assert.Empty(t, d.Evictions, "a skipped member's pods are left alone")
+
+	// The next decision, with the Skipped outcome on its record.
+	for _, m := range d.Moves {
+		require.True(t, m.RecordOnly)
+		s.Workloads[1].Annotations[AnnotationMove] = m.Record.Encode()
+	}
+	if d.Status != nil {
+		s.Namespace.Annotations[AnnotationStatus], _ = d.Status.Encode()
+		st, _, _ = ParseStatus(s.Namespace.Annotations)
+	}
+	d = Decide(Input{Snapshot: s, Status: st, Verdicts: pending, Now: t0.Add(2 * time.Second), Config: cfg})
+	assert.Empty(t, d.Evictions, "a skipped member's pods are left alone")
+}
