@@ -187,3 +187,31 @@ func TestAnOnDeleteMemberSkippedMidWaveHasNoPodEvicted(t *testing.T) {
 	d = Decide(Input{Snapshot: s, Status: st, Verdicts: pending, Now: t0.Add(2 * time.Second), Config: cfg})
 	assert.Empty(t, d.Evictions, "a skipped member's pods are left alone")
 }
+
+// A RollingUpdate StatefulSet rolling back: its controller replaces the
+// pods itself; meshwave only frees it from a pod of the moved template that
+// never got ready. A pod already on the source's proxy that is not Ready
+// (a readiness blip, the outage that caused the rollback) is no such pod:
+// evicted, it would be a second pod down beside the one being replaced.
+func TestAStatefulSetRollingBackHasNoSourcePodEvicted(t *testing.T) {
+	tests := []struct {
+		name string
+		mod  func(w *Workload)
+	}{
+		{"a source pod that is not ready, beside a replacement starting", func(w *Workload) {
+			w.Pods[2].Current, w.Pods[2].Ready, w.Pods[2].UID = true, false, "uid-2b" // recreated from the restored template
+			w.Pods[1].Ready = false                                                    // on 1-25 all along
+		}},
+		{"a source pod that is not ready, while the replaced pod is gone", func(w *Workload) {
+			w.Pods = w.Pods[:2]
+			w.Pods[1].Ready = false
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := onDeleteSet(func(w *Workload) { w.OnDelete = false }, tt.mod)
+			p, ok, _ := NextEviction(w, "1-25", true)
+			assert.False(t, ok, "evicted %s", p.Name)
+		})
+	}
+}
