@@ -200,7 +200,7 @@ func TestAStatefulSetRollingBackHasNoSourcePodEvicted(t *testing.T) {
 	}{
 		{"a source pod that is not ready, beside a replacement starting", func(w *Workload) {
 			w.Pods[2].Current, w.Pods[2].Ready, w.Pods[2].UID = true, false, "uid-2b" // recreated from the restored template
-			w.Pods[1].Ready = false                                                    // on 1-25 all along
+			w.Pods[1].Ready = false                                                   // on 1-25 all along
 		}},
 		{"a source pod that is not ready, while the replaced pod is gone", func(w *Workload) {
 			w.Pods = w.Pods[:2]
