@@ -219,13 +219,21 @@ func (c *Caches) currentDaemonSetHash(d *appsv1.DaemonSet) string {
 }
 
 // daemonPodCurrent applies the DaemonSet controller's own test of an
-// updated pod: its hash is the newest revision's, or its template
-// generation is the DaemonSet's generation.
+// updated pod: its hash is the newest revision's, or its
+// pod-template-generation is the DaemonSet's template generation. That is
+// the deprecated.daemonset.template.generation annotation, not
+// metadata.generation: a change of anything else in the spec
+// (minReadySeconds, the update strategy) moves the one and not the other,
+// e.g. generation 5 with template generation 3.
 func daemonPodCurrent(p *corev1.Pod, d *appsv1.DaemonSet, hash string) bool {
 	if hash != "" && p.Labels[appsv1.DefaultDaemonSetUniqueLabelKey] == hash {
 		return true
 	}
-	return p.Labels[appsv1.DeprecatedTemplateGeneration] == strconv.FormatInt(d.Generation, 10)
+	gen, ok := d.Annotations[appsv1.DeprecatedTemplateGeneration]
+	if _, err := strconv.ParseInt(gen, 10, 64); !ok || err != nil {
+		return false
+	}
+	return p.Labels[appsv1.DeprecatedTemplateGeneration] == gen
 }
 
 func podOf(p *corev1.Pod) canary.Pod {
