@@ -156,3 +156,38 @@ func TestADaemonSetPodIsCurrentByItsTemplateGenerationNotTheDaemonSetsGeneration
 	delete(ds.Annotations, appsv1.DeprecatedTemplateGeneration)
 	assert.False(t, daemonPodCurrent(pod("5"), ds, ""), "no template generation: only the hash counts")
 }
+
+// A pod is a StatefulSet's or DaemonSet's only when its controller
+// reference names that object's UID: a pod whose owner reference a
+// namespace owner wrote by hand, or that belongs to another API's
+// StatefulSet of the same name, is not one meshwave may evict as the
+// workload's, nor one that holds its rollout back.
+func TestAPodWithAForgedOwnerIsNoPodOfTheWorkload(t *testing.T) {
+	forged := func(name, kind, owner string) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop", UID: types.UID(name + "-uid"),
+				Annotations:     map[string]string{canary.AnnotationSidecar: `{"revision":"1-25"}`},
+				OwnerReferences: []metav1.OwnerReference{{Kind: kind, Name: owner, UID: "someone-else", Controller: ptr.To(true), APIVersion: "apps/v1"}}},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+		}
+	}
+	client := fake.NewClientset(append(append(objects(), kindObjects()...), forged("db-9", "StatefulSet", "db"), forged("agent-zz", "DaemonSet", "agent"))...)
+	caches := NewCaches(client, 0, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	caches.Start(ctx)
+	defer caches.Shutdown()
+	require.True(t, caches.WaitForSync())
+	ns, err := caches.Namespaces.Get("shop")
+	require.NoError(t, err)
+	snap, err := caches.Gather(ns, "istio-system")
+	require.NoError(t, err)
+	pods := map[string][]string{}
+	for _, w := range snap.Workloads {
+		for _, p := range w.Pods {
+			pods[w.Name] = append(pods[w.Name], p.Name)
+		}
+	}
+	assert.ElementsMatch(t, []string{"db-0", "db-1"}, pods["StatefulSet/db"])
+	assert.ElementsMatch(t, []string{"agent-n1", "agent-n2", "agent-n3"}, pods["DaemonSet/agent"])
+}
