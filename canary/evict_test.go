@@ -215,3 +215,20 @@ func TestAStatefulSetRollingBackHasNoSourcePodEvicted(t *testing.T) {
 		})
 	}
 }
+
+// An old pod that is not Ready goes first, even while a pod meshwave
+// evicted earlier has not come back: with db-2 evicted and not yet
+// recreated, a readiness blip of db-1 has it evicted too, two pods of the
+// StatefulSet out at once (a quorum of three lost). Waiting for every
+// wanted pod first would hold an OrderedReady StatefulSet whose missing
+// pod waits for that same unready pod until the readiness timeout, so the
+// right rule is not obvious.
+func TestAnUnreadyOldPodIsNotEvictedWhileAnotherIsMissing(t *testing.T) {
+	t.Skip("BREAK: NextEviction evicts an old pod that is not Ready while another wanted pod is missing; see the comment")
+	w := onDeleteSet(func(w *Workload) {
+		w.Pods = w.Pods[:2] // db-2 evicted, not recreated yet
+		w.Pods[1].Ready = false
+	})
+	p, ok, _ := NextEviction(w, "1-26", false)
+	assert.False(t, ok, "evicted %s", p.Name)
+}
