@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/meshwave/meshwave/analysis"
 	"github.com/meshwave/meshwave/canary"
@@ -72,7 +73,10 @@ func (c *Caches) workloads(ns string) ([]canary.Workload, error) {
 	}
 	// A pod belongs to the Deployment that owns its ReplicaSet, and is
 	// current when that ReplicaSet carries the Deployment's revision; it
-	// belongs to a StatefulSet or DaemonSet that owns it directly.
+	// belongs to a StatefulSet or DaemonSet that owns it directly, by UID:
+	// a pod is evicted as its workload's, and an owner reference written
+	// by hand (or another API's StatefulSet of the same name) must not
+	// make it one.
 	type rsInfo struct {
 		deployment, revision string
 	}
@@ -83,6 +87,7 @@ func (c *Caches) workloads(ns string) ([]canary.Workload, error) {
 		}
 	}
 	podsOf := map[string][]*corev1.Pod{}
+	podsOfUID := map[types.UID][]*corev1.Pod{}
 	rsOf := map[*corev1.Pod]rsInfo{}
 	for _, p := range pods {
 		owner := metav1.GetControllerOf(p)
@@ -98,8 +103,7 @@ func (c *Caches) workloads(ns string) ([]canary.Workload, error) {
 			podsOf[info.deployment] = append(podsOf[info.deployment], p)
 			rsOf[p] = info
 		case "StatefulSet", "DaemonSet":
-			id := canary.WorkloadID(canary.Kind(owner.Kind), owner.Name)
-			podsOf[id] = append(podsOf[id], p)
+			podsOfUID[owner.UID] = append(podsOfUID[owner.UID], p)
 		}
 	}
 	out := make([]canary.Workload, 0, len(deps)+len(stss)+len(dss))
@@ -115,7 +119,7 @@ func (c *Caches) workloads(ns string) ([]canary.Workload, error) {
 	}
 	for _, s := range stss {
 		w := statefulSetWorkload(s)
-		for _, p := range podsOf[w.Name] {
+		for _, p := range podsOfUID[s.UID] {
 			pod := podOf(p)
 			pod.Current = s.Status.UpdateRevision != "" && p.Labels[appsv1.ControllerRevisionHashLabelKey] == s.Status.UpdateRevision
 			w.Pods = append(w.Pods, pod)
@@ -126,7 +130,7 @@ func (c *Caches) workloads(ns string) ([]canary.Workload, error) {
 	for _, d := range dss {
 		w := daemonSetWorkload(d)
 		hash := c.currentDaemonSetHash(d)
-		for _, p := range podsOf[w.Name] {
+		for _, p := range podsOfUID[d.UID] {
 			pod := podOf(p)
 			pod.Current = daemonPodCurrent(p, d, hash)
 			w.Pods = append(w.Pods, pod)
@@ -219,13 +223,21 @@ func (c *Caches) currentDaemonSetHash(d *appsv1.DaemonSet) string {
 }
 
 // daemonPodCurrent applies the DaemonSet controller's own test of an
-// updated pod: its hash is the newest revision's, or its template
-// generation is the DaemonSet's generation.
+// updated pod: its hash is the newest revision's, or its
+// pod-template-generation is the DaemonSet's template generation. That is
+// the deprecated.daemonset.template.generation annotation, not
+// metadata.generation: a change of anything else in the spec
+// (minReadySeconds, the update strategy) moves the one and not the other,
+// e.g. generation 5 with template generation 3.
 func daemonPodCurrent(p *corev1.Pod, d *appsv1.DaemonSet, hash string) bool {
 	if hash != "" && p.Labels[appsv1.DefaultDaemonSetUniqueLabelKey] == hash {
 		return true
 	}
-	return p.Labels[appsv1.DeprecatedTemplateGeneration] == strconv.FormatInt(d.Generation, 10)
+	gen, ok := d.Annotations[appsv1.DeprecatedTemplateGeneration]
+	if _, err := strconv.ParseInt(gen, 10, 64); !ok || err != nil {
+		return false
+	}
+	return p.Labels[appsv1.DeprecatedTemplateGeneration] == gen
 }
 
 func podOf(p *corev1.Pod) canary.Pod {

@@ -45,10 +45,11 @@ func kindObjects() []runtime.Object {
 		pod("db-0", map[string]string{appsv1.ControllerRevisionHashLabelKey: "db-old"}, owner("StatefulSet", "db", "sts-uid")),
 		pod("db-1", map[string]string{appsv1.ControllerRevisionHashLabelKey: "db-new"}, owner("StatefulSet", "db", "sts-uid")),
 		&appsv1.DaemonSet{
-			ObjectMeta: metav1.ObjectMeta{Name: "agent", Namespace: "shop", UID: "ds-uid", ResourceVersion: "12", Generation: 3},
+			ObjectMeta: metav1.ObjectMeta{Name: "agent", Namespace: "shop", UID: "ds-uid", ResourceVersion: "12", Generation: 4,
+				Annotations: map[string]string{appsv1.DeprecatedTemplateGeneration: "3"}},
 			Spec: appsv1.DaemonSetSpec{Template: template,
 				UpdateStrategy: appsv1.DaemonSetUpdateStrategy{Type: appsv1.OnDeleteDaemonSetStrategyType}},
-			Status: appsv1.DaemonSetStatus{ObservedGeneration: 3, DesiredNumberScheduled: 3, CurrentNumberScheduled: 3,
+			Status: appsv1.DaemonSetStatus{ObservedGeneration: 4, DesiredNumberScheduled: 3, CurrentNumberScheduled: 3,
 				UpdatedNumberScheduled: 1, NumberReady: 3, NumberAvailable: 3},
 		},
 		&appsv1.ControllerRevision{ObjectMeta: metav1.ObjectMeta{Name: "agent-aaa", Namespace: "shop", OwnerReferences: owner("DaemonSet", "agent", "ds-uid"),
@@ -100,14 +101,14 @@ func TestGatherReadsStatefulSetsAndDaemonSetsInTheirControllersTerms(t *testing.
 	}
 	assert.Equal(t, map[string]bool{"db-0": false, "db-1": true,
 		// The newest ControllerRevision's hash, or the DaemonSet's
-		// generation: the DaemonSet controller's own test.
+		// template generation: the DaemonSet controller's own test.
 		"agent-n1": true, "agent-n2": false, "agent-n3": true}, current)
 
 	agent := byID["DaemonSet/agent"]
 	assert.Equal(t, canary.KindDaemonSet, agent.Kind)
 	assert.True(t, agent.OnDelete)
 	assert.Equal(t, int32(3), agent.Replicas, "a DaemonSet wants its desired number scheduled")
-	assert.Equal(t, canary.RolloutStatus{ObservedGeneration: 3, Replicas: 3, UpdatedReplicas: 1, ReadyReplicas: 3, AvailableReplicas: 3}, agent.Status)
+	assert.Equal(t, canary.RolloutStatus{ObservedGeneration: 4, Replicas: 3, UpdatedReplicas: 1, ReadyReplicas: 3, AvailableReplicas: 3}, agent.Status)
 }
 
 func TestAMoveOfAStatefulSetPatchesTheStatefulSet(t *testing.T) {
@@ -131,4 +132,62 @@ func TestAMoveOfAStatefulSetPatchesTheStatefulSet(t *testing.T) {
 	_, _, err = c.applyMoves(ctx, "shop", []canary.Move{{Workload: "Job/x", Record: rec, Patch: patch}})
 	require.Error(t, err, "no kind meshwave moves is named Job")
 	assert.Contains(t, err.Error(), `no workload kind meshwave moves is named "Job/x"`)
+}
+
+// The DaemonSet controller counts a pod as updated when its hash is the
+// newest ControllerRevision's or its pod-template-generation is the
+// DaemonSet's template generation (the deprecated.daemonset.template.generation
+// annotation), which stays behind metadata.generation once anything else
+// of the spec changed (minReadySeconds, the update strategy). A replaced
+// pod seen before its ControllerRevision must not look old: not Ready yet,
+// it would be evicted again as an old pod that is down.
+func TestADaemonSetPodIsCurrentByItsTemplateGenerationNotTheDaemonSetsGeneration(t *testing.T) {
+	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "agent", Namespace: "shop", Generation: 5,
+		Annotations: map[string]string{appsv1.DeprecatedTemplateGeneration: "3"}}}
+	pod := func(gen string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "agent-x", Labels: map[string]string{
+			appsv1.DefaultDaemonSetUniqueLabelKey: "new", appsv1.DeprecatedTemplateGeneration: gen}}}
+	}
+	assert.True(t, daemonPodCurrent(pod("3"), ds, ""), "on the template generation, no revision cached yet")
+	assert.True(t, daemonPodCurrent(pod("3"), ds, "old"), "on the template generation, the new revision not cached yet")
+	assert.False(t, daemonPodCurrent(pod("2"), ds, ""), "an older template generation")
+	assert.False(t, daemonPodCurrent(pod("5"), ds, "old"), "metadata.generation is not the template's")
+	assert.True(t, daemonPodCurrent(pod("2"), ds, "new"), "the newest revision's hash")
+	delete(ds.Annotations, appsv1.DeprecatedTemplateGeneration)
+	assert.False(t, daemonPodCurrent(pod("5"), ds, ""), "no template generation: only the hash counts")
+}
+
+// A pod is a StatefulSet's or DaemonSet's only when its controller
+// reference names that object's UID: a pod whose owner reference a
+// namespace owner wrote by hand, or that belongs to another API's
+// StatefulSet of the same name, is not one meshwave may evict as the
+// workload's, nor one that holds its rollout back.
+func TestAPodWithAForgedOwnerIsNoPodOfTheWorkload(t *testing.T) {
+	forged := func(name, kind, owner string) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop", UID: types.UID(name + "-uid"),
+				Annotations:     map[string]string{canary.AnnotationSidecar: `{"revision":"1-25"}`},
+				OwnerReferences: []metav1.OwnerReference{{Kind: kind, Name: owner, UID: "someone-else", Controller: ptr.To(true), APIVersion: "apps/v1"}}},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+		}
+	}
+	client := fake.NewClientset(append(append(objects(), kindObjects()...), forged("db-9", "StatefulSet", "db"), forged("agent-zz", "DaemonSet", "agent"))...)
+	caches := NewCaches(client, 0, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	caches.Start(ctx)
+	defer caches.Shutdown()
+	require.True(t, caches.WaitForSync())
+	ns, err := caches.Namespaces.Get("shop")
+	require.NoError(t, err)
+	snap, err := caches.Gather(ns, "istio-system")
+	require.NoError(t, err)
+	pods := map[string][]string{}
+	for _, w := range snap.Workloads {
+		for _, p := range w.Pods {
+			pods[w.Name] = append(pods[w.Name], p.Name)
+		}
+	}
+	assert.ElementsMatch(t, []string{"db-0", "db-1"}, pods["StatefulSet/db"])
+	assert.ElementsMatch(t, []string{"agent-n1", "agent-n2", "agent-n3"}, pods["DaemonSet/agent"])
 }

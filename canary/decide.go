@@ -768,12 +768,13 @@ func (d *decider) addMove(w Workload, rec MoveRecord, message string) {
 	d.event(w.Name, EventNormal, "Restarted", message)
 }
 
-// members are the wave's members the snapshot holds, in status order.
-func (d *decider) members() []Workload {
+// moving are the wave's members still moving that the snapshot holds, in
+// status order: not those that failed or were skipped out of the wave.
+func (d *decider) moving() []Workload {
 	byName := d.workloads()
 	var out []Workload
 	for _, m := range d.st.Workloads {
-		if w, ok := byName[m.Name]; ok {
+		if w, ok := byName[m.Name]; ok && m.State == StateMoving {
 			out = append(out, w)
 		}
 	}
@@ -824,7 +825,7 @@ func (d *decider) judge() {
 		// written: it would cost a status write per pod that becomes
 		// ready, and the outcome is what people read. An OnDelete member
 		// rolls out only as its pods are evicted.
-		d.evictions(d.members(), st.TargetRevision, false)
+		d.evictions(d.moving(), st.TargetRevision, false)
 		d.requeue(v.RetryAfter)
 		return
 	}

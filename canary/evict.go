@@ -33,8 +33,9 @@ type Eviction struct {
 //
 // A StatefulSet rolling back under RollingUpdate needs the same help for
 // one pod: its controller waits forever for a pod of the bad template that
-// never got Ready before it rolls anything back, so such a pod is evicted
-// and recreated from the restored template.
+// never got Ready before it rolls anything back, so such a pod (one that
+// does not run the expected proxy) is evicted and recreated from the
+// restored template.
 func NextEviction(w Workload, expect string, rollback bool) (pod Pod, ok bool, why string) {
 	stuckRollback := rollback && !w.OnDelete && w.KindOf() == KindStatefulSet
 	if !w.OnDelete && !stuckRollback {
@@ -48,6 +49,10 @@ func NextEviction(w Workload, expect string, rollback bool) (pod Pod, ok bool, w
 		}
 		live++
 		switch {
+		case !p.Current && !p.Ready && stuckRollback && p.Revision == expect:
+			// Already on the source's proxy: not a pod of the moved
+			// template, and its controller replaces it once it is Ready
+			// again; evicted, it would be one more pod down.
 		case !p.Current && !p.Ready:
 			down = append(down, p)
 		case !p.Current:
@@ -101,15 +106,20 @@ func ordinal(pod string) int {
 }
 
 // evictions adds the next eviction of each OnDelete member whose move to
-// expect is on record for this wave.
+// expect is on record for this wave, unless the move did not pass its
+// wave (an outcome on its record) or the workload now carries
+// meshwave.io/skip.
 func (d *decider) evictions(members []Workload, expect string, rollback bool) {
 	for _, w := range members {
 		if !w.OnDelete && (!rollback || w.KindOf() != KindStatefulSet) {
 			continue
 		}
 		r, ok := ReadMoveRecord(w.Annotations)
-		if !ok || r.Migration != d.st.MigrationID() || r.Rollback != rollback || r.Revision != expect {
+		if !ok || r.Migration != d.st.MigrationID() || r.Rollback != rollback || r.Revision != expect || r.Outcome != "" {
 			continue
+		}
+		if settings, _ := ParseWorkload(w.Namespace, w.Name, w.Annotations); settings.Skip {
+			continue // meshwave.io/skip: never touched
 		}
 		pod, ok, _ := NextEviction(w, expect, rollback)
 		if !ok {

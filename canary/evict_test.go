@@ -140,3 +140,95 @@ func TestAStatefulSetRollingBackHasItsNeverReadyPodEvicted(t *testing.T) {
 	assert.False(t, ok)
 	assert.Equal(t, "pod db-1 is going away", why)
 }
+
+// startWaveOf plays the first decision of a one-wave migration of ws and
+// returns the snapshot with the moves on record and the status written.
+func startWaveOf(t *testing.T, cfg Config, ws ...Workload) (Snapshot, *Status) {
+	t.Helper()
+	s := snap(ws...)
+	d := Decide(Input{Snapshot: s, Now: t0, Config: cfg})
+	require.NotNil(t, d.Status)
+	require.Len(t, d.Moves, len(ws))
+	for _, m := range d.Moves {
+		for i := range s.Workloads {
+			if s.Workloads[i].Name == m.Workload {
+				s.Workloads[i].Annotations[AnnotationMove] = m.Record.Encode()
+			}
+		}
+	}
+	s.Namespace.Annotations[AnnotationStatus], _ = d.Status.Encode()
+	s.Namespace.Labels[LabelRev] = "1-26"
+	st, _, err := ParseStatus(s.Namespace.Annotations)
+	require.NoError(t, err)
+	return s, st
+}
+
+// A person who sets meshwave.io/skip on an OnDelete member mid-wave takes
+// it out of the wave: "left where it is". Its pods must not go on being
+// evicted while the rest of the wave rolls out.
+func TestAnOnDeleteMemberSkippedMidWaveHasNoPodEvicted(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Sizes.CanarySize = 2
+	s, st := startWaveOf(t, cfg, deploy("cart"), onDeleteSet())
+	s.Workloads[1].Annotations[AnnotationSkip] = "true"
+	pending := []Verdict{{Gate: "rollout", Result: ResultPending, Reason: "1 of 2 workloads rolling out", RetryAfter: 5 * time.Second}}
+	d := Decide(Input{Snapshot: s, Status: st, Verdicts: pending, Now: t0.Add(time.Second), Config: cfg})
+	assert.Empty(t, d.Evictions, "a skipped member's pods are left alone")
+
+	// The next decision, with the Skipped outcome on its record.
+	for _, m := range d.Moves {
+		require.True(t, m.RecordOnly)
+		s.Workloads[1].Annotations[AnnotationMove] = m.Record.Encode()
+	}
+	if d.Status != nil {
+		s.Namespace.Annotations[AnnotationStatus], _ = d.Status.Encode()
+		st, _, _ = ParseStatus(s.Namespace.Annotations)
+	}
+	d = Decide(Input{Snapshot: s, Status: st, Verdicts: pending, Now: t0.Add(2 * time.Second), Config: cfg})
+	assert.Empty(t, d.Evictions, "a skipped member's pods are left alone")
+}
+
+// A RollingUpdate StatefulSet rolling back: its controller replaces the
+// pods itself; meshwave only frees it from a pod of the moved template that
+// never got ready. A pod already on the source's proxy that is not Ready
+// (a readiness blip, the outage that caused the rollback) is no such pod:
+// evicted, it would be a second pod down beside the one being replaced.
+func TestAStatefulSetRollingBackHasNoSourcePodEvicted(t *testing.T) {
+	tests := []struct {
+		name string
+		mod  func(w *Workload)
+	}{
+		{"a source pod that is not ready, beside a replacement starting", func(w *Workload) {
+			w.Pods[2].Current, w.Pods[2].Ready, w.Pods[2].UID = true, false, "uid-2b" // recreated from the restored template
+			w.Pods[1].Ready = false                                                   // on 1-25 all along
+		}},
+		{"a source pod that is not ready, while the replaced pod is gone", func(w *Workload) {
+			w.Pods = w.Pods[:2]
+			w.Pods[1].Ready = false
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := onDeleteSet(func(w *Workload) { w.OnDelete = false }, tt.mod)
+			p, ok, _ := NextEviction(w, "1-25", true)
+			assert.False(t, ok, "evicted %s", p.Name)
+		})
+	}
+}
+
+// An old pod that is not Ready goes first, even while a pod meshwave
+// evicted earlier has not come back: with db-2 evicted and not yet
+// recreated, a readiness blip of db-1 has it evicted too, two pods of the
+// StatefulSet out at once (a quorum of three lost). Waiting for every
+// wanted pod first would hold an OrderedReady StatefulSet whose missing
+// pod waits for that same unready pod until the readiness timeout, so the
+// right rule is not obvious.
+func TestAnUnreadyOldPodIsNotEvictedWhileAnotherIsMissing(t *testing.T) {
+	t.Skip("BREAK: NextEviction evicts an old pod that is not Ready while another wanted pod is missing; see the comment")
+	w := onDeleteSet(func(w *Workload) {
+		w.Pods = w.Pods[:2] // db-2 evicted, not recreated yet
+		w.Pods[1].Ready = false
+	})
+	p, ok, _ := NextEviction(w, "1-26", false)
+	assert.False(t, ok, "evicted %s", p.Name)
+}
