@@ -69,14 +69,24 @@ func NextEviction(w Workload, expect string, rollback bool) (pod Pod, ok bool, w
 			return Pod{}, false, fmt.Sprintf("replaced pod %s runs %s, not of %s: no further pod is replaced", p.Name, got, expect)
 		}
 	}
-	if len(down) > 0 {
-		return w.firstToGo(down), true, ""
-	}
-	if stuckRollback || len(old) == 0 {
+	if stuckRollback {
+		if len(down) > 0 {
+			return w.firstToGo(down), true, ""
+		}
 		return Pod{}, false, ""
 	}
+	if len(old)+len(down) == 0 {
+		return Pod{}, false, ""
+	}
+	// Never two out at once, not even an unready one beside a missing
+	// one: a quorum of three survives one. An OrderedReady StatefulSet
+	// whose missing pod waits for that unready one stalls instead, and
+	// its readiness timeout ends the wave.
 	if live < int(w.Replicas) {
 		return Pod{}, false, fmt.Sprintf("%d of %d pods are up", live, w.Replicas)
+	}
+	if len(down) > 0 {
+		return w.firstToGo(down), true, ""
 	}
 	return w.firstToGo(old), true, ""
 }
