@@ -26,9 +26,9 @@ type Eviction struct {
 // A template restart replaces no pod of an OnDelete workload, so meshwave
 // replaces them one at a time: only when every pod it wants is up, none is
 // going away and every pod already replaced is Ready and runs the expected
-// revision's proxy does the next old pod go. An old pod that is not Ready
-// goes first: it serves nothing, and evicting it takes nothing down.
-// Otherwise a StatefulSet's pods go highest ordinal first, as its own
+// revision's proxy does the next old pod go. Among the old pods, one that
+// is not Ready goes first (it serves nothing), but only once every wanted
+// pod is there: never two out at once. Otherwise a StatefulSet's pods go highest ordinal first, as its own
 // rolling update would, and a DaemonSet's node by node, in node name order.
 //
 // A StatefulSet rolling back under RollingUpdate needs the same help for
