@@ -21,6 +21,8 @@ type Planned struct {
 	Name string
 	// Group is its meshwave.io/wave value.
 	Group int
+	// rank is its kind's place in the default order.
+	rank int
 }
 
 // NamespacePlan is the plan for one namespace.
@@ -147,7 +149,7 @@ func PlanNamespace(ns string, deployments []Workload, targetRevision, migration 
 		case onTarget == live:
 			plan.Excluded = append(plan.Excluded, Exclusion{w.Name, "already on " + targetRevision})
 		default:
-			todo = append(todo, Planned{Name: w.Name, Group: settings.Wave})
+			todo = append(todo, Planned{Name: w.Name, Group: settings.Wave, rank: w.KindOf().rank()})
 		}
 	}
 	// Within a meshwave.io/wave value, Deployments go first, then
@@ -156,8 +158,8 @@ func PlanNamespace(ns string, deployments []Workload, targetRevision, migration 
 		if a.Group != b.Group {
 			return cmp.Compare(a.Group, b.Group)
 		}
-		if ka, kb := kindOfID(a.Name).rank(), kindOfID(b.Name).rank(); ka != kb {
-			return cmp.Compare(ka, kb)
+		if a.rank != b.rank {
+			return cmp.Compare(a.rank, b.rank)
 		}
 		return strings.Compare(a.Name, b.Name)
 	})

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	authnv1 "k8s.io/api/authentication/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -166,7 +167,8 @@ func TestTheChartInstallsAndItsRBACSuffices(t *testing.T) {
 	for _, want := range []string{"ServiceAccount/meshwave", "ClusterRole/meshwave", "ClusterRoleBinding/meshwave", "Role/meshwave-leader",
 		"RoleBinding/meshwave-leader", "ConfigMap/meshwave-config", "ConfigMap/meshwave-dashboard", "Deployment/meshwave",
 		"Service/meshwave-metrics", "ServiceMonitor/meshwave", "PrometheusRule/meshwave",
-		"ValidatingAdmissionPolicy/meshwave-write-limits", "ValidatingAdmissionPolicyBinding/meshwave-write-limits"} {
+		"ValidatingAdmissionPolicy/meshwave-write-limits", "ValidatingAdmissionPolicyBinding/meshwave-write-limits",
+		"ValidatingAdmissionPolicy/meshwave-eviction-limits", "ValidatingAdmissionPolicyBinding/meshwave-eviction-limits"} {
 		require.Contains(t, kinds, want)
 	}
 
@@ -326,6 +328,18 @@ func TestTheChartInstallsAndItsRBACSuffices(t *testing.T) {
 	require.NoError(t, err, "a move of a StatefulSet is within the limits")
 	_, err = saClient.AppsV1().DaemonSets("limits").Patch(f.Ctx, "d", types.MergePatchType, movePatch, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
 	require.NoError(t, err, "a move of a DaemonSet is within the limits")
+	// Evictions only where a namespace opted in.
+	f.WaitForStatefulSetRolledOut("limits", "s")
+	dryRun := &metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}
+	err = saClient.CoreV1().Pods("limits").EvictV1(f.Ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: "s-0", Namespace: "limits"}, DeleteOptions: dryRun})
+	require.Error(t, err, "an eviction in a namespace that did not opt in")
+	assert.Contains(t, err.Error(), "meshwave may evict pods only in a namespace that opted in with meshwave.io/target-revision")
+	f.When().AnnotateNamespace("limits", canary.AnnotationTargetRevision, ptrTo("1-26"))
+	f.Eventually("an eviction in an opted-in namespace to be admitted", func() (bool, string) {
+		err := saClient.CoreV1().Pods("limits").EvictV1(f.Ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: "s-0", Namespace: "limits"}, DeleteOptions: dryRun})
+		return err == nil, fmt.Sprint(err)
+	})
+	f.When().AnnotateNamespace("limits", canary.AnnotationTargetRevision, nil)
 	cfg := chartCfg
 	test := testConfig(f)
 	cfg.Gates.Sync = test.Gates.Sync

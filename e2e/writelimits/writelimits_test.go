@@ -110,8 +110,9 @@ func statefulSet() *appsv1.StatefulSet {
 
 func daemonSet() *appsv1.DaemonSet {
 	return &appsv1.DaemonSet{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "DaemonSet"},
-		ObjectMeta: metav1.ObjectMeta{Name: "agent", Namespace: "shop"},
+		TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "DaemonSet"},
+		// The apiserver keeps this annotation at the template's generation.
+		ObjectMeta: metav1.ObjectMeta{Name: "agent", Namespace: "shop", Annotations: map[string]string{"deprecated.daemonset.template.generation": "1"}},
 		Spec: appsv1.DaemonSetSpec{
 			Selector:       &metav1.LabelSelector{MatchLabels: map[string]string{"app": "agent"}},
 			UpdateStrategy: appsv1.DaemonSetUpdateStrategy{Type: appsv1.OnDeleteDaemonSetStrategyType},
@@ -142,6 +143,9 @@ func TestTheWriteLimitsHoldTheAgentToAMoveOnStatefulSetsAndDaemonSets(t *testing
 		{"minReadySeconds", "StatefulSet's", func(s *appsv1.StatefulSet) { s.Spec.MinReadySeconds = 600 }},
 		{"replicas", "StatefulSet's", func(s *appsv1.StatefulSet) { s.Spec.Replicas = ptr.To[int32](0) }},
 		{"a label", "workload's metadata", func(s *appsv1.StatefulSet) { s.Labels["team"] = "x" }},
+		{"a DaemonSet's generation annotation", "workload's metadata", func(s *appsv1.StatefulSet) {
+			s.Annotations = map[string]string{"deprecated.daemonset.template.generation": "9"}
+		}},
 		{"the image", "StatefulSet's", func(s *appsv1.StatefulSet) { s.Spec.Template.Spec.Containers[0].Image = "evil:1" }},
 		// Every pod made from the template carries its finalizers: added,
 		// no pod of the workload could ever finish deleting.
@@ -165,7 +169,12 @@ func TestTheWriteLimitsHoldTheAgentToAMoveOnStatefulSetsAndDaemonSets(t *testing
 		name, refused string
 		edit          func(d *appsv1.DaemonSet)
 	}{
-		{"a move", "", func(d *appsv1.DaemonSet) { move(&d.Spec.Template, &d.ObjectMeta) }},
+		// As the policy sees it: the apiserver bumped the template
+		// generation annotation before admission.
+		{"a move", "", func(d *appsv1.DaemonSet) {
+			move(&d.Spec.Template, &d.ObjectMeta)
+			d.Annotations["deprecated.daemonset.template.generation"] = "2"
+		}},
 		{"RollingUpdate", "DaemonSet's", func(d *appsv1.DaemonSet) {
 			d.Spec.UpdateStrategy = appsv1.DaemonSetUpdateStrategy{Type: appsv1.RollingUpdateDaemonSetStrategyType}
 		}},
