@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -30,6 +32,9 @@ func (c *Caches) Gather(ns *corev1.Namespace, rootNamespace string) (canary.Snap
 	snap := canary.Snapshot{Namespace: canary.Namespace{Name: ns.Name, Labels: ns.Labels, Annotations: ns.Annotations}}
 	var err error
 	if snap.Workloads, err = c.workloads(ns.Name); err != nil {
+		return snap, err
+	}
+	if snap.Unmovable, err = c.unmovable(ns.Name); err != nil {
 		return snap, err
 	}
 	if snap.Mesh, err = c.mesh(rootNamespace); err != nil {
@@ -139,6 +144,42 @@ func (c *Caches) workloads(ns string) ([]canary.Workload, error) {
 		out = append(out, w)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// unmovable are the namespace's running pods that carry a proxy and
+// belong to no Deployment, StatefulSet or DaemonSet, by owner: a Job (or
+// the CronJob behind it), a ReplicaSet without a Deployment, nothing at
+// all (a bare pod), anything else.
+func (c *Caches) unmovable(ns string) ([]canary.Unmovable, error) {
+	pods, err := c.Pods.Pods(ns).List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	byID := map[string]map[string]int{}
+	for _, p := range pods {
+		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		if _, ok := p.Annotations[canary.AnnotationSidecar]; !ok {
+			continue
+		}
+		owner := c.ownerOf(p)
+		switch owner.Kind {
+		case "Deployment", "StatefulSet", "DaemonSet":
+			continue
+		}
+		rev := canary.SidecarRevision(p.Annotations)
+		id := owner.Kind + "/" + owner.Name
+		if byID[id] == nil {
+			byID[id] = map[string]int{}
+		}
+		byID[id][rev]++
+	}
+	out := make([]canary.Unmovable, 0, len(byID))
+	for _, id := range slices.Sorted(maps.Keys(byID)) {
+		out = append(out, canary.Unmovable{ID: id, Revisions: byID[id]})
+	}
 	return out, nil
 }
 

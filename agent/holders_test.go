@@ -214,3 +214,30 @@ func sortStrings(s []string) {
 		}
 	}
 }
+
+func TestGatherAccountsForThePodsNoMovedWorkloadOwns(t *testing.T) {
+	objs, jobs := aMixedCluster()
+	caches := NewCaches(fake.NewClientset(objs...), 0, nil)
+	caches.WatchJobs(metadataClient(jobs...), 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	caches.Start(ctx)
+	defer caches.Shutdown()
+	require.True(t, caches.WaitForSync())
+	ns, err := caches.Namespaces.Get("batch")
+	require.NoError(t, err)
+	snap, err := caches.Gather(ns, "istio-system")
+	require.NoError(t, err)
+	assert.Equal(t, []canary.Unmovable{
+		{ID: "CronJob/nightly", Revisions: map[string]int{"1-25": 1}},
+		{ID: "Job/migrate-db", Revisions: map[string]int{"1-25": 1}},
+		{ID: "Pod/api-1", Revisions: map[string]int{"1-26": 1}},
+		{ID: "Pod/debug", Revisions: map[string]int{"1-25": 1}},
+		{ID: "ReplicaSet/old-web-6c7d8", Revisions: map[string]int{"1-25": 1}},
+	}, snap.Unmovable, "finished pods, uninjected pods and the Deployment's are left out")
+	shop, err := caches.Namespaces.Get("shop")
+	require.NoError(t, err)
+	snap, err = caches.Gather(shop, "istio-system")
+	require.NoError(t, err)
+	assert.Empty(t, snap.Unmovable)
+}

@@ -1497,6 +1497,14 @@ func (d *decider) summarize(prev *Status) {
 	if len(st.Skipped) > maxSkipped {
 		st.Skipped = st.Skipped[:maxSkipped]
 	}
+	// What meshwave never restarts is brought up to date whenever the
+	// status is written, and never causes a write of its own: a CronJob
+	// that runs every minute must not cost a status write each time.
+	fresh := unmovable(d.snap.Unmovable, st.TargetRevision, d.snap.Namespace.Labels[LabelRev])
+	st.Unmovable = nil
+	if prev != nil {
+		st.Unmovable = prev.Unmovable
+	}
 	switch {
 	case st.Wave == 0:
 		st.TotalWaves = len(p.Waves)
@@ -1506,6 +1514,7 @@ func (d *decider) summarize(prev *Status) {
 		st.TotalWaves = st.Wave + len(p.Waves)
 	}
 	if !st.Equal(prev) {
+		st.Unmovable = fresh
 		d.out.Status = st
 	}
 	sort.SliceStable(d.out.Moves, func(i, j int) bool { return d.out.Moves[i].Workload < d.out.Moves[j].Workload })
@@ -1542,6 +1551,9 @@ func (s *Status) boundText() {
 	}
 	for i := range s.Skipped {
 		s.Skipped[i].Reason = cut(s.Skipped[i].Reason, maxItemReason)
+	}
+	for i := range s.Unmovable {
+		s.Unmovable[i].Reason = cut(s.Unmovable[i].Reason, maxItemReason)
 	}
 	for i := range s.Warnings {
 		s.Warnings[i] = cut(s.Warnings[i], maxNote)

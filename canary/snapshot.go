@@ -16,6 +16,20 @@ type Snapshot struct {
 	// Peers are the other namespaces that opted in, for priority order and
 	// concurrency.
 	Peers []Peer
+	// Unmovable are the namespace's other workloads whose running pods
+	// carry a proxy, sorted by ID: meshwave accounts for them but never
+	// restarts them.
+	Unmovable []Unmovable
+}
+
+// Unmovable is a workload of a kind meshwave never restarts (a Job, a
+// CronJob's Job, a ReplicaSet without a Deployment, a bare pod, anything
+// else) whose running pods carry a proxy.
+type Unmovable struct {
+	// ID is Kind/name: "Job/migrate", "CronJob/nightly", "Pod/debug".
+	ID string
+	// Revisions counts its running pods by their proxy's revision.
+	Revisions map[string]int
 }
 
 // Namespace is the part of a Namespace meshwave reads.

@@ -186,7 +186,12 @@ type Status struct {
 	PastFailed int         `json:"pastFailed,omitempty"`
 	Failures   []Failure   `json:"failures,omitempty"`
 	Skipped    []Exclusion `json:"skipped,omitempty"`
-	Warnings   []string    `json:"warnings,omitempty"`
+	// Unmovable lists the workloads meshwave never restarts whose running
+	// pods still carry a proxy of another revision than the target, and
+	// why they stay: a Job finishes where it started, a bare pod needs a
+	// person.
+	Unmovable []Exclusion `json:"unmovable,omitempty"`
+	Warnings  []string    `json:"warnings,omitempty"`
 	Verdicts   []Verdict   `json:"verdicts,omitempty"`
 	// Analysis is the state of the wave's checks across reconciles.
 	Analysis *AnalysisState `json:"analysis,omitempty"`
@@ -317,6 +322,9 @@ func (s *Status) Validate() error {
 		if n < 0 || n > maxWorkloads {
 			bad(field, n, fmt.Sprintf("from 0 to %d", maxWorkloads))
 		}
+	}
+	if len(s.Unmovable) > maxSkipped {
+		bad("unmovable", fmt.Sprintf("(%d entries)", len(s.Unmovable)), fmt.Sprintf("at most %d entries", maxSkipped))
 	}
 	for k, c := range s.Kinds {
 		if k != KindDeployment && k != KindStatefulSet && k != KindDaemonSet {
@@ -470,6 +478,8 @@ func OnlyProgress(prev, next *Status) bool {
 	strip := func(s *Status) *Status {
 		c := s.DeepCopy()
 		c.Analysis, c.Verdicts = nil, nil
+		// What meshwave never restarts rides on the next real write.
+		c.Unmovable = nil
 		if c.Phase == PhaseAnalyzing {
 			c.Phase = PhaseMigrating
 		}

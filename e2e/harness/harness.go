@@ -17,6 +17,7 @@ import (
 	"github.com/go-logr/logr/funcr"
 	"github.com/stretchr/testify/require"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
@@ -197,7 +198,10 @@ func Start(f *fixture.Fixture, cfg agent.Config, counter *Counter, identity stri
 	rc.Wrap(counter.Wrap)
 	client, err := kubernetes.NewForConfig(rc)
 	require.NoError(t, err)
-	opts := agent.Options{Client: client, Config: cfg, Identity: identity}
+	md, err := metadata.NewForConfig(rc)
+	require.NoError(t, err)
+	// As the command runs it: the Jobs' metadata names a CronJob's pods.
+	opts := agent.Options{Client: client, Metadata: md, Config: cfg, Identity: identity}
 	if adjust != nil {
 		adjust(&opts)
 	}

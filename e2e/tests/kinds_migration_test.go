@@ -110,6 +110,11 @@ kinds      Pod/debug        1     cannot              a bare Pod has no controll
 			canary.KindStatefulSet: {Total: 1, Moved: 1},
 			canary.KindDaemonSet:   {Total: 1, Moved: 1},
 		}, st.Kinds)
+		assert.Equal(t, []canary.Exclusion{
+			{Workload: "CronJob/nightly", Reason: "1 running pod carries a proxy of 1-25: meshwave never restarts a Job: the running one finishes where it started; the next run starts with istio.io/rev=1-26"},
+			{Workload: "Job/migrate", Reason: "1 running pod carries a proxy of 1-25: meshwave never restarts a Job: it finishes where it started"},
+			{Workload: "Pod/debug", Reason: "1 running pod carries a proxy of 1-25: a bare pod has no controller to create it again: it needs a person"},
+		}, st.Unmovable, "the status accounts for what meshwave never restarts")
 		f.Then().PodsOnRevision(ns, "web", "1-26")
 		_, dbPods := f.WaitForStatefulSetRolledOut(ns, "db")
 		f.Then().PodsInjectedBy("1-26", dbPods)
