@@ -192,7 +192,7 @@ type Status struct {
 	// person.
 	Unmovable []Exclusion `json:"unmovable,omitempty"`
 	Warnings  []string    `json:"warnings,omitempty"`
-	Verdicts   []Verdict   `json:"verdicts,omitempty"`
+	Verdicts  []Verdict   `json:"verdicts,omitempty"`
 	// Analysis is the state of the wave's checks across reconciles.
 	Analysis *AnalysisState `json:"analysis,omitempty"`
 	// Rollback is what a rollback in progress returns: "wave" or "all".
