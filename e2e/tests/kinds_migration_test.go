@@ -179,6 +179,33 @@ kinds      Pod/debug        1     cannot  a bare Pod has no controller to create
 		}
 	})
 
+	t.Run("an OnDelete StatefulSet whose replaced pod never gets ready is evicted back to the source", func(t *testing.T) {
+		t.Parallel()
+		const ns = "ondelete-back"
+		sts := fixture.NewStatefulSet(ns, "queue", 3, appsv1.OnDeleteStatefulSetStrategyType)
+		sts.Annotations = map[string]string{canary.AnnotationReadinessTimeout: "5s"}
+		f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, nil).StatefulSet(sts).
+			PodDisruptionBudget(fixture.NewPodDisruptionBudget(ns, "queue", 1))
+		f.WaitForStatefulSetRolledOut(ns, "queue")
+		release := f.World.Cluster.Kubelet.HoldUnready(cluster.PodSelector{Namespace: ns, Labels: fixture.PodSelector(map[string]string{"app": "queue"}), OnlyNew: true})
+		log := watchPods(t, f, ns, []string{"queue-0", "queue-1", "queue-2"})
+		optIn(f, ns, "1-26", 40)
+		waitForPhase(f, ns, canary.PhaseRollingBack, 2*time.Minute)
+		going, _ := log.result()
+		assert.Equal(t, []string{"queue-2"}, going, "one pod replaced, and it never got ready: no second goes")
+		// The rollback takes the pod of the bad template first: it serves
+		// nothing.
+		waitForEvent(f, "StatefulSet", ns, "queue", "PodEvicted: evicting pod queue-2 of statefulset queue (0 of 3 replaced): its updateStrategy is OnDelete, so it moves to 1-25")
+		release()
+		st := waitForPhase(f, ns, canary.PhaseRolledBack, 2*time.Minute)
+		assert.True(t, strings.HasPrefix(st.Reason, "rolled back 1 workloads to 1-25: wave 1 failed: rollout fail: StatefulSet/queue did not roll out within 5s"), st.Reason)
+		_, pods := f.WaitForStatefulSetRolledOut(ns, "queue")
+		f.Then().PodsInjectedBy("1-25", pods)
+		_, maxDown := log.result()
+		assert.Equal(t, 1, maxDown, "never more than one pod down, back and forth")
+		assert.Equal(t, 2, counter.get("PATCH statefulsets "+ns+"/queue"), "the move and its rollback")
+	})
+
 	t.Run("a StatefulSet whose new pod never gets ready fails its wave and rolls back", func(t *testing.T) {
 		t.Parallel()
 		const ns = "stuck"
