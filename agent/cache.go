@@ -169,8 +169,15 @@ func transform(keepPodAnnotations map[string]bool) cache.TransformFunc {
 			o.Spec.Template.Spec = corev1.PodSpec{}
 			return o, nil
 		case *appsv1.ReplicaSet:
+			// Of the template, only its restart stamp: it shows a restart
+			// that was rolled out even once the Deployment's template no
+			// longer carries it (a GitOps sync put the template back).
+			stamp, stamped := o.Spec.Template.Annotations[canary.AnnotationRestartedAt]
 			o.ManagedFields = nil
 			o.Spec.Template = corev1.PodTemplateSpec{}
+			if stamped {
+				o.Spec.Template.Annotations = map[string]string{canary.AnnotationRestartedAt: stamp}
+			}
 			return o, nil
 		case *appsv1.StatefulSet:
 			o.ManagedFields = nil

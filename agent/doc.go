@@ -33,6 +33,7 @@
 //	meshwave_analysis_verdicts_total{namespace,check,result}
 //	meshwave_restarts_total{namespace,kind}             kind: move or rollback
 //	meshwave_rollbacks_total{namespace,scope}           scope: wave or all
+//	meshwave_gitops_reverts_total{namespace,kind,owner} kind: label or template; owner: argocd/<app>, kustomization/<ns>/<name>, helmrelease/<ns>/<name> or none
 //	meshwave_wave_duration_seconds{namespace,outcome}   histogram; outcome: passed or failed
 //	meshwave_reconcile_duration_seconds                 histogram
 //	meshwave_reconcile_errors_total

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -86,9 +87,13 @@ func (c *Caches) workloads(ns string) ([]canary.Workload, error) {
 		deployment, revision string
 	}
 	rsOwner := map[string]rsInfo{}
+	rolledOut := map[string]time.Time{}
 	for _, rs := range rss {
 		if owner := metav1.GetControllerOf(rs); owner != nil && owner.Kind == "Deployment" {
 			rsOwner[rs.Name] = rsInfo{deployment: owner.Name, revision: rs.Annotations[revisionAnno]}
+			if at, err := time.Parse(time.RFC3339, rs.Spec.Template.Annotations[canary.AnnotationRestartedAt]); err == nil && at.After(rolledOut[owner.Name]) {
+				rolledOut[owner.Name] = at
+			}
 		}
 	}
 	podsOf := map[string][]*corev1.Pod{}
@@ -120,6 +125,7 @@ func (c *Caches) workloads(ns string) ([]canary.Workload, error) {
 			w.Pods = append(w.Pods, pod)
 		}
 		w.HasPDB = coveredByPDB(d.Spec.Template.Labels, pdbs)
+		w.RolledOutRestart = rolledOut[d.Name]
 		out = append(out, w)
 	}
 	for _, s := range stss {
@@ -141,6 +147,7 @@ func (c *Caches) workloads(ns string) ([]canary.Workload, error) {
 			w.Pods = append(w.Pods, pod)
 		}
 		w.HasPDB = coveredByPDB(d.Spec.Template.Labels, pdbs)
+		w.RolledOutRestart = rolledOut[d.Name]
 		out = append(out, w)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })

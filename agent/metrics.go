@@ -26,6 +26,7 @@ type Metrics struct {
 	restarts          *prometheus.CounterVec
 	evictions         *prometheus.CounterVec
 	rollbacks         *prometheus.CounterVec
+	gitopsReverts     *prometheus.CounterVec
 	waveDuration      *prometheus.HistogramVec
 	leader            prometheus.Gauge
 }
@@ -53,6 +54,9 @@ func NewMetrics(reg prometheus.Registerer, caches *Caches, clk clock.PassiveCloc
 		rollbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meshwave_rollbacks_total", Help: "Rollbacks started, by namespace and scope (wave or all).",
 		}, []string{"namespace", "scope"}),
+		gitopsReverts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meshwave_gitops_reverts_total", Help: "meshwave's changes found undone, by namespace, kind (label or template) and owner (the GitOps owner marked on the object, or none).",
+		}, []string{"namespace", "kind", "owner"}),
 		waveDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "meshwave_wave_duration_seconds", Help: "Time from a wave's start to its outcome, by namespace and outcome.",
 			Buckets: []float64{5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600},
@@ -62,7 +66,7 @@ func NewMetrics(reg prometheus.Registerer, caches *Caches, clk clock.PassiveCloc
 		}),
 	}
 	m.state = &stateCollector{caches: caches, clock: clk}
-	reg.MustRegister(m.reconcileDuration, m.reconcileErrors, m.verdicts, m.restarts, m.evictions, m.rollbacks, m.waveDuration, m.leader, m.state)
+	reg.MustRegister(m.reconcileDuration, m.reconcileErrors, m.verdicts, m.restarts, m.evictions, m.rollbacks, m.gitopsReverts, m.waveDuration, m.leader, m.state)
 	return m
 }
 
@@ -87,6 +91,13 @@ func (m *Metrics) observe(ns string, prev *canary.Status, d canary.Decision, ver
 			kind = "rollback"
 		}
 		m.restarts.WithLabelValues(ns, kind).Inc()
+	}
+	for _, r := range d.Reverts {
+		owner := r.Owner
+		if owner == "" {
+			owner = "none"
+		}
+		m.gitopsReverts.WithLabelValues(ns, r.Kind, owner).Inc()
 	}
 	next := d.Status
 	if next == nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -146,4 +147,34 @@ func TestANamespacesCountersStartAtZero(t *testing.T) {
 	m.observe("shop", migrating, canary.Decision{Status: rollingBack}, nil, scrapeTime)
 	assert.Equal(t, 1.0, testutil.ToFloat64(m.rollbacks.WithLabelValues("shop", "wave")))
 	assert.Equal(t, 0.0, testutil.ToFloat64(m.rollbacks.WithLabelValues("shop", "all")))
+}
+
+func TestRevertsAreCountedByKindAndOwner(t *testing.T) {
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg, &Caches{Namespaces: corelisters.NewNamespaceLister(idx)}, clocktesting.NewFakePassiveClock(scrapeTime))
+	m.observe("shop", nil, canary.Decision{Reverts: []canary.RevertSeen{
+		{Kind: canary.RevertLabel, Owner: "argocd/platform"}, {Kind: canary.RevertTemplate, Owner: "argocd/shop"}, {Kind: canary.RevertLabel},
+	}}, nil, scrapeTime)
+	m.observe("shop", nil, canary.Decision{Reverts: []canary.RevertSeen{{Kind: canary.RevertLabel, Owner: "argocd/platform"}}}, nil, scrapeTime)
+	want := `
+# HELP meshwave_gitops_reverts_total meshwave's changes found undone, by namespace, kind (label or template) and owner (the GitOps owner marked on the object, or none).
+# TYPE meshwave_gitops_reverts_total counter
+meshwave_gitops_reverts_total{kind="label",namespace="shop",owner="argocd/platform"} 2
+meshwave_gitops_reverts_total{kind="label",namespace="shop",owner="none"} 1
+meshwave_gitops_reverts_total{kind="template",namespace="shop",owner="argocd/shop"} 1
+`
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "meshwave_gitops_reverts_total"))
+}
+
+func TestTheReplicaSetCacheKeepsOnlyTheTemplatesRestartStamp(t *testing.T) {
+	rs := &appsv1.ReplicaSet{Spec: appsv1.ReplicaSetSpec{Template: corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "cart"}, Annotations: map[string]string{
+			canary.AnnotationRestartedAt: "2026-11-29T12:00:00Z", "sidecar.istio.io/proxyCPU": "100m"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "cart", Image: "cart:1"}}},
+	}}}
+	out, err := transform(nil)(rs)
+	require.NoError(t, err)
+	assert.Equal(t, corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{canary.AnnotationRestartedAt: "2026-11-29T12:00:00Z"}}},
+		out.(*appsv1.ReplicaSet).Spec.Template)
 }

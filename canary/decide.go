@@ -155,6 +155,9 @@ type Decision struct {
 	// ClearRollback removes meshwave.io/rollback once it has been acted on.
 	ClearRollback bool
 	Events        []Event
+	// Reverts are meshwave's changes found undone by this decision, for
+	// the metric; each is also an Event and a status warning.
+	Reverts []RevertSeen
 	// RequeueAfter asks for another look after this long; 0 waits for a
 	// change in the cluster.
 	RequeueAfter time.Duration
@@ -229,6 +232,10 @@ func (d *decider) run() {
 		return
 	}
 	if adopted {
+		d.summarize(prev)
+		return
+	}
+	if d.st.Wave > 0 && d.st.Phase != PhaseBlocked && d.watchReverts() {
 		d.summarize(prev)
 		return
 	}
@@ -507,7 +514,7 @@ func (d *decider) podSourceRevision() string {
 
 // warnings are the risks the precheck reports without blocking.
 func (d *decider) warnings(plan NamespacePlan) []string {
-	var out []string
+	out := d.gitopsWarnings(plan)
 	inPlan := map[string]bool{}
 	for _, w := range plan.Waves {
 		for _, p := range w {
@@ -635,7 +642,7 @@ func (d *decider) ensureMoves() bool {
 	kept := st.Workloads[:0]
 	issued, held := false, false
 	var failed []WorkloadState
-	var reasons []string
+	var reasons, reverted []string
 	for _, m := range st.Workloads {
 		w, ok := byName[m.Name]
 		if !ok {
@@ -678,6 +685,12 @@ func (d *decider) ensureMoves() bool {
 			d.out.Moves = append(d.out.Moves, Move{Workload: w.Name, Record: rec, Patch: RecordPatch(w, rec), RecordOnly: true})
 			d.event(w.Name, EventWarning, "MoveRecordRestored", fmt.Sprintf("%s had no readable %s record of wave %d, but its template was restarted at %s, after the wave started: the record is written back, and %s is not restarted again", w.Name, AnnotationMove, st.Wave, stamp, w.Name))
 			issued = true
+		case !moved && memberReverted(w, st.WaveStartedAt):
+			if again, ok := d.moveAgain(w); ok {
+				issued = issued || again
+				continue
+			}
+			reverted = append(reverted, d.memberRevertReported(w))
 		case !moved:
 			rec := MoveRecord{Revision: st.TargetRevision, From: st.SourceRevision, SourceLabel: st.sourceLabelOnRecord(), Wave: st.Wave, At: d.now, Migration: st.MigrationID()}
 			d.addMove(w, rec, fmt.Sprintf("moving to %s in wave %d", st.TargetRevision, st.Wave))
@@ -685,6 +698,11 @@ func (d *decider) ensureMoves() bool {
 		}
 	}
 	st.Workloads = kept
+	if len(reverted) > 0 && len(failed) == 0 {
+		d.out.Moves, d.out.Events = nil, withoutRestarts(d.out.Events)
+		d.pause(fmt.Sprintf("wave %d paused: %s", st.Wave, strings.Join(reverted, "; ")))
+		return true
+	}
 	if held && len(failed) == 0 {
 		d.out.Moves, d.out.Events = nil, withoutRestarts(d.out.Events)
 		d.pause(fmt.Sprintf("wave %d held before its restarts: %s", st.Wave, d.noControlPlane()))
@@ -1161,6 +1179,7 @@ func (d *decider) paused() {
 		return
 	}
 	d.resumeClock()
+	st.resumeLabel()
 	d.event("", EventNormal, "Resumed", fmt.Sprintf("%s was removed; resuming at wave %d", AnnotationPaused, st.Wave))
 	st.Reason, st.PausedByAgent = "", false
 	if st.Wave == 0 {
@@ -1177,6 +1196,11 @@ func (d *decider) paused() {
 		}
 		st.WaveState = WaveVerifying
 		st.GatesSince, st.Analysis = timePtr(d.now), nil
+	case WaveVerifying:
+		// Paused before its restarts were all made (held, or a move
+		// undone): its timers start again, and a move undone and
+		// reported before now may be made again.
+		st.GatesSince = timePtr(d.now)
 	case WaveRollingBack:
 		st.Phase = PhaseRollingBack
 		st.GatesSince, st.Analysis = timePtr(d.now), nil
@@ -1399,7 +1423,9 @@ func (s *Status) ownedLabel() string {
 func (d *decider) summarize(prev *Status) {
 	st := d.st
 	st.boundText()
-	d.ensureLabel(st.ownedLabel())
+	if !st.labelHeld() {
+		d.ensureLabel(st.ownedLabel())
+	}
 	p := d.plan()
 	var c Counts
 	kinds := map[Kind]*Counts{}

@@ -67,6 +67,12 @@ type Workload struct {
 	Pods       []Pod
 	// HasPDB is true when a PodDisruptionBudget selects its pods.
 	HasPDB bool
+	// RolledOutRestart is the newest kubectl.kubernetes.io/restartedAt
+	// among the templates its controller rolled out (a Deployment's
+	// ReplicaSets); zero when none carries one, and for the other kinds,
+	// whose ControllerRevisions are cached without their templates. It
+	// shows a restart whose stamp was taken out of the template since.
+	RolledOutRestart time.Time
 }
 
 // RolloutStatus is the part of a workload's status the rollout gate reads,

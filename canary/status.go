@@ -192,7 +192,10 @@ type Status struct {
 	// person.
 	Unmovable []Exclusion `json:"unmovable,omitempty"`
 	Warnings  []string    `json:"warnings,omitempty"`
-	Verdicts  []Verdict   `json:"verdicts,omitempty"`
+	// Reverts are meshwave's changes someone undid (the label, a
+	// template), each reported once and counted.
+	Reverts  []Revert  `json:"reverts,omitempty"`
+	Verdicts []Verdict `json:"verdicts,omitempty"`
 	// Analysis is the state of the wave's checks across reconciles.
 	Analysis *AnalysisState `json:"analysis,omitempty"`
 	// Rollback is what a rollback in progress returns: "wave" or "all".
@@ -360,6 +363,9 @@ func (s *Status) Validate() error {
 	}
 	if a := s.Analysis; a != nil && (a.ConsecutivePasses < 0 || a.Inconclusive < 0) {
 		bad("analysis", fmt.Sprintf("passes %d, inconclusive %d", a.ConsecutivePasses, a.Inconclusive), "non-negative counts")
+	}
+	if err := validReverts(s.Reverts); err != nil {
+		errs = append(errs, err)
 	}
 	if s.PausedSeconds < 0 || s.PausedSeconds != s.PausedSeconds {
 		bad("pausedSeconds", s.PausedSeconds, "a non-negative number")

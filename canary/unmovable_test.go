@@ -64,6 +64,7 @@ func TestWhatMeshwaveNeverRestartsCostsNoWriteOfItsOwn(t *testing.T) {
 	require.NoError(t, err)
 	s.Namespace.Annotations[AnnotationStatus] = raw
 	s.Workloads[0].Annotations[AnnotationMove] = d.Moves[0].Record.Encode()
+	s.Namespace.Labels[LabelRev] = d.Label
 	st, _, err := ParseStatus(s.Namespace.Annotations)
 	require.NoError(t, err)
 

@@ -1,0 +1,399 @@
+package canary
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// The marks Argo CD and Flux leave on the objects they apply.
+const (
+	// LabelArgoInstance is Argo CD's default tracking label: the
+	// application's name.
+	LabelArgoInstance = "argocd.argoproj.io/instance"
+	// AnnotationArgoTrackingID is Argo CD's annotation tracking:
+	// "<application>:<group>/<kind>:<namespace>/<name>".
+	AnnotationArgoTrackingID = "argocd.argoproj.io/tracking-id"
+	// Flux's kustomize-controller and helm-controller label what they
+	// apply with <prefix>/name and <prefix>/namespace of their object.
+	fluxKustomizePrefix = "kustomize.toolkit.fluxcd.io/"
+	fluxHelmPrefix      = "helm.toolkit.fluxcd.io/"
+)
+
+// GitOpsOwner is the GitOps controller that applies an object from git: its
+// self-heal or drift correction puts back what git says.
+type GitOpsOwner struct {
+	// Tool is "argocd", "kustomization" (Flux's kustomize-controller) or
+	// "helmrelease" (Flux's helm-controller).
+	Tool string
+	// Name is the Argo CD application, or the Flux object as
+	// namespace/name; "" when the marks do not say.
+	Name string
+}
+
+// OwnerOf finds the GitOps owner an object's labels and annotations name.
+// Argo CD is looked for first: an application can deploy manifests that
+// Flux rendered, and the one that applies them last is Argo CD.
+func OwnerOf(labels, annotations map[string]string) (GitOpsOwner, bool) {
+	if id, ok := annotations[AnnotationArgoTrackingID]; ok {
+		app, _, _ := strings.Cut(id, ":")
+		return GitOpsOwner{Tool: "argocd", Name: app}, true
+	}
+	if app, ok := labels[LabelArgoInstance]; ok {
+		return GitOpsOwner{Tool: "argocd", Name: app}, true
+	}
+	for _, f := range []struct{ prefix, tool string }{{fluxKustomizePrefix, "kustomization"}, {fluxHelmPrefix, "helmrelease"}} {
+		found := false
+		for k := range labels {
+			if strings.HasPrefix(k, f.prefix) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			continue
+		}
+		o := GitOpsOwner{Tool: f.tool}
+		if name := labels[f.prefix+"name"]; name != "" {
+			o.Name = name
+			if ns := labels[f.prefix+"namespace"]; ns != "" {
+				o.Name = ns + "/" + name
+			}
+		}
+		return o, true
+	}
+	return GitOpsOwner{}, false
+}
+
+// String names the owner for a person: "Argo CD application shop",
+// "Flux Kustomization flux-system/apps".
+func (o GitOpsOwner) String() string {
+	what := map[string]string{"argocd": "Argo CD application", "kustomization": "Flux Kustomization", "helmrelease": "Flux HelmRelease"}[o.Tool]
+	if o.Name == "" {
+		return what + " (unnamed)"
+	}
+	return what + " " + o.Name
+}
+
+// ID names the owner in a metric label and the status: "argocd/shop",
+// "kustomization/flux-system/apps"; "" for no owner.
+func (o GitOpsOwner) ID() string {
+	if o.Tool == "" {
+		return ""
+	}
+	return o.Tool + "/" + o.Name
+}
+
+// ownerOrSomeone names who undid a change: the owner, or someone.
+func ownerOrSomeone(o GitOpsOwner, found bool) string {
+	if !found {
+		return "someone (no Argo CD or Flux owner is marked on it)"
+	}
+	return o.String()
+}
+
+// handOver says how a GitOps owner gives meshwave's keys up.
+func handOver(o GitOpsOwner, found bool, what string) string {
+	switch {
+	case !found:
+		return "stop whatever writes it"
+	case o.Tool == "argocd":
+		return "add " + what + " to the application's ignoreDifferences with the RespectIgnoreDifferences=true sync option"
+	case o.Tool == "helmrelease":
+		return "add " + what + " to the HelmRelease's spec.driftDetection.ignore"
+	}
+	return "take " + what + " out of git, or annotate the object in git with kustomize.toolkit.fluxcd.io/ssa: IfNotPresent"
+}
+
+// Revert is one of meshwave's changes that was undone: the namespace's
+// istio.io/rev label while meshwave owns it, or a moved workload's
+// template. It is kept in the status so a revert is reported once, and so
+// that reverts in a row are counted.
+type Revert struct {
+	// Object is "Namespace/<name>" for the label, else a workload's ID.
+	Object string `json:"object"`
+	// Owner is the GitOps owner marked on it (Owner.ID), "" for none.
+	Owner string `json:"owner,omitempty"`
+	// Count is how many times it was seen undone.
+	Count int `json:"count"`
+	// At is when it was last seen undone.
+	At time.Time `json:"at"`
+}
+
+// Kinds of revert, in Decision.Reverts and the metric.
+const (
+	RevertLabel    = "label"
+	RevertTemplate = "template"
+)
+
+// RevertSeen is a revert found by a decision, for the metric.
+type RevertSeen struct {
+	// Kind is RevertLabel or RevertTemplate.
+	Kind string
+	// Owner is the owner's ID, "" when none is marked.
+	Owner string
+}
+
+// maxReverts bounds the status's list: the namespace's entry and the
+// workloads' latest.
+const maxReverts = 10
+
+// labelRevertLimit is how many times meshwave puts its label back before
+// it stops fighting whoever switches it: the migration pauses with the
+// reason, and the label is left as it was set.
+const labelRevertLimit = 3
+
+// maxOwnedListed bounds the workloads a precheck warning names per owner.
+const maxOwnedListed = 3
+
+func (s *Status) revert(object string) *Revert {
+	for i := range s.Reverts {
+		if s.Reverts[i].Object == object {
+			return &s.Reverts[i]
+		}
+	}
+	return nil
+}
+
+// noteRevert counts one revert of object, keeping the list bounded (the
+// oldest workload entry goes first; the namespace's stays).
+func (s *Status) noteRevert(object string, owner string, now time.Time) *Revert {
+	if r := s.revert(object); r != nil {
+		r.Count++
+		r.At, r.Owner = now, owner
+		return r
+	}
+	s.Reverts = append(s.Reverts, Revert{Object: object, Owner: owner, Count: 1, At: now})
+	if len(s.Reverts) > maxReverts {
+		oldest := -1
+		for i, r := range s.Reverts {
+			if !strings.HasPrefix(r.Object, "Namespace/") && (oldest < 0 || r.At.Before(s.Reverts[oldest].At)) {
+				oldest = i
+			}
+		}
+		s.Reverts = slices.Delete(s.Reverts, oldest, oldest+1)
+	}
+	return s.revert(object)
+}
+
+// warn puts a warning in the status, in place of an earlier one about the
+// same thing (same prefix), dropping the oldest when the list is full.
+func (s *Status) warn(prefix, text string) {
+	s.Warnings = slices.DeleteFunc(s.Warnings, func(w string) bool { return strings.HasPrefix(w, prefix) })
+	s.Warnings = append(s.Warnings, text)
+	if len(s.Warnings) > maxWarnings {
+		s.Warnings = s.Warnings[len(s.Warnings)-maxWarnings:]
+	}
+}
+
+// gitopsWarnings are the precheck's warnings about GitOps owners: of the
+// namespace, whose istio.io/rev label meshwave switches, and of the
+// workloads the plan moves, whose templates gain meshwave's keys.
+func (d *decider) gitopsWarnings(plan NamespacePlan) []string {
+	var out []string
+	ns := d.snap.Namespace
+	if o, ok := OwnerOf(ns.Labels, ns.Annotations); ok {
+		out = append(out, fmt.Sprintf("namespace %s is applied by %s: if its %s label is in git, a sync switches it back to %s after meshwave switches it. Hand the label over: set %s=%s in git and let meshwave run the waves, or %s",
+			ns.Name, o, LabelRev, ns.Labels[LabelRev], LabelRev, d.st.Target, handOver(o, true, "/metadata/labels/istio.io~1rev")))
+	}
+	inPlan := map[string]bool{}
+	for _, w := range plan.Waves {
+		for _, p := range w {
+			inPlan[p.Name] = true
+		}
+	}
+	byOwner := map[GitOpsOwner][]string{}
+	var owners []GitOpsOwner
+	for _, w := range sortedWorkloads(d.snap.Workloads) {
+		o, ok := OwnerOf(w.Labels, w.Annotations)
+		if !ok || !inPlan[w.Name] {
+			continue
+		}
+		if _, seen := byOwner[o]; !seen {
+			owners = append(owners, o)
+		}
+		byOwner[o] = append(byOwner[o], describe(w.Name))
+	}
+	for _, o := range owners {
+		ws := byOwner[o]
+		listed := strings.Join(ws[:min(len(ws), maxOwnedListed)], ", ")
+		if len(ws) > maxOwnedListed {
+			listed += fmt.Sprintf(" and %d more", len(ws)-maxOwnedListed)
+		}
+		out = append(out, fmt.Sprintf("%s applies %s: each move adds %s, %s and the persisted sidecar settings to the template, which a sync may take out again (meshwave reports it and does not restart again); %s",
+			o, listed, AnnotationRestartedAt, AnnotationMove, handOver(o, true, "those keys")))
+	}
+	return out
+}
+
+// watchReverts looks for meshwave's changes that were undone since the
+// last decision: the namespace's label while meshwave owns it, and moved
+// workloads' templates. Each is an Event, a status warning and a metric
+// naming the owner; nothing is restarted because of it. It reports
+// whether it paused the migration.
+func (d *decider) watchReverts() bool {
+	for _, w := range sortedWorkloads(d.snap.Workloads) {
+		d.templateReverted(*w)
+	}
+	return d.labelReverted()
+}
+
+// templateReverted reports a workload whose template lost the restart
+// stamp of a forward move of this migration (passed or in flight) while
+// its move record stayed: a sync put back the template from git. The
+// move counts as made; meshwave does not restart it again.
+func (d *decider) templateReverted(w Workload) {
+	st := d.st
+	r, ok := forwardIn(w, st.MigrationID())
+	if !ok || r.Outcome != "" {
+		return
+	}
+	at, err := time.Parse(time.RFC3339, w.TemplateAnnotations[AnnotationRestartedAt])
+	if err == nil && !at.Before(r.At.UTC().Truncate(time.Second)) {
+		return
+	}
+	o, owned := OwnerOf(w.Labels, w.Annotations)
+	if !owned {
+		// Only a GitOps owner takes a template back whole; a template
+		// edited by hand is its editor's business.
+		return
+	}
+	if prev := st.revert(w.Name); prev != nil && !prev.At.Before(r.At) {
+		return // reported for this move
+	}
+	st.noteRevert(w.Name, o.ID(), d.now)
+	msg := fmt.Sprintf("%s's template no longer carries the %s stamp of its move to %s in wave %d (%s): %s put its template back, and with it took out the persisted sidecar settings. Its pods stay on the revision %s gives them; meshwave does not restart it again. %s.",
+		describe(w.Name), AnnotationRestartedAt, r.Revision, r.Wave, r.At.UTC().Format(time.RFC3339), o, LabelRev, capitalized(handOver(o, true, "meshwave's keys")))
+	d.event(w.Name, EventWarning, "TemplateReverted", msg)
+	st.warn(describe(w.Name)+"'s template", msg)
+	d.out.Reverts = append(d.out.Reverts, RevertSeen{Kind: RevertTemplate, Owner: o.ID()})
+}
+
+// capitalized starts s with a capital letter.
+func capitalized(s string) string {
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+// memberReverted reports whether a member of the wave in flight that has
+// no record of its move and no restart stamp of the wave was nevertheless
+// rolled out onto a template stamped in this wave: its move was made,
+// then its template and record were put back whole (a sync that replaces
+// the object).
+func memberReverted(w Workload, waveStart *time.Time) bool {
+	return waveStart != nil && !w.RolledOutRestart.IsZero() && !w.RolledOutRestart.Before(waveStart.UTC().Truncate(time.Second))
+}
+
+// labelReverted reports the namespace's istio.io/rev label found away from
+// the value meshwave owns: it is put back, up to labelRevertLimit times in
+// a row; then meshwave stops fighting, leaves the label and pauses the
+// migration with the reason. It reports whether it paused.
+func (d *decider) labelReverted() bool {
+	st, prev := d.st, d.in.Status
+	if prev == nil {
+		return false
+	}
+	owned := prev.ownedLabel()
+	current, has := d.snap.Namespace.Labels[LabelRev]
+	if owned == "" || owned != st.ownedLabel() || current == owned {
+		return false
+	}
+	ns := d.snap.Namespace
+	object := "Namespace/" + ns.Name
+	if r := st.revert(object); r != nil && r.Count >= labelRevertLimit {
+		return false // given up: reported when it was
+	}
+	o, owned2 := OwnerOf(ns.Labels, ns.Annotations)
+	r := st.noteRevert(object, o.ID(), d.now)
+	now := fmt.Sprintf("%s=%s", LabelRev, current)
+	if !has {
+		now = "no " + LabelRev
+	}
+	who := ownerOrSomeone(o, owned2)
+	hand := fmt.Sprintf("hand the label over: set %s=%s in git and let meshwave run the waves, or %s", LabelRev, owned, handOver(o, owned2, "/metadata/labels/istio.io~1rev"))
+	d.out.Reverts = append(d.out.Reverts, RevertSeen{Kind: RevertLabel, Owner: o.ID()})
+	if r.Count < labelRevertLimit {
+		msg := fmt.Sprintf("namespace %s carries %s while meshwave owns its label at %s; it is applied by %s. Put back to %s (%d of %d times before meshwave stops and pauses); %s",
+			ns.Name, now, owned, who, owned, r.Count, labelRevertLimit, hand)
+		d.event("", EventWarning, "LabelReverted", msg)
+		st.warn(LabelRev+" on namespace", msg)
+		return false
+	}
+	reason := fmt.Sprintf("%s on namespace %s was switched away from %s %d times by %s: meshwave leaves it at %s rather than fight, and pods created now get that revision; %s, then remove %s",
+		LabelRev, ns.Name, owned, r.Count, who, current, hand, AnnotationPaused)
+	d.event("", EventWarning, "LabelReverted", reason)
+	st.warn(LabelRev+" on namespace", reason)
+	if st.Phase == PhaseMigrating || st.Phase == PhaseAnalyzing {
+		d.pause("wave " + fmt.Sprint(st.Wave) + " paused: " + reason)
+		return true
+	}
+	return false
+}
+
+// labelHeld reports whether meshwave gave the label up to whoever
+// switches it: it is then not put back until a person resumes.
+func (s *Status) labelHeld() bool {
+	for _, r := range s.Reverts {
+		if strings.HasPrefix(r.Object, "Namespace/") && r.Count >= labelRevertLimit {
+			return true
+		}
+	}
+	return false
+}
+
+// resumeLabel forgets the label's reverts when a person resumes: meshwave
+// puts the label back again.
+func (s *Status) resumeLabel() {
+	s.Reverts = slices.DeleteFunc(s.Reverts, func(r Revert) bool { return strings.HasPrefix(r.Object, "Namespace/") })
+}
+
+// validReverts checks the reverts of a status read back.
+func validReverts(rs []Revert) error {
+	if len(rs) > maxReverts {
+		return fmt.Errorf("reverts (%d entries) is not at most %d entries", len(rs), maxReverts)
+	}
+	seen := map[string]bool{}
+	for i, r := range rs {
+		_, _, isWorkload := SplitWorkloadID(r.Object)
+		if (!isWorkload && !strings.HasPrefix(r.Object, "Namespace/")) || seen[r.Object] || r.Count < 1 || r.Count > maxWorkloads || r.At.IsZero() || len(r.Owner) > 512 {
+			return fmt.Errorf("reverts[%d] %q is not a namespace or workload listed once, seen 1 or more times, with a time", i, r.Object)
+		}
+		seen[r.Object] = true
+	}
+	return nil
+}
+
+// moveAgain handles a member whose move in this wave was undone and
+// reported: once a person resumed the namespace after the report, it is
+// moved again, with an Event that says so. ok is false when the revert
+// was not reported in this wave yet.
+func (d *decider) moveAgain(w Workload) (issued, ok bool) {
+	st := d.st
+	r := st.revert(w.Name)
+	if r == nil || st.WaveStartedAt == nil || r.At.Before(*st.WaveStartedAt) {
+		return false, false
+	}
+	if st.GatesSince == nil || !r.At.Before(*st.GatesSince) {
+		return false, true // reported; the pause waits for a person
+	}
+	rec := MoveRecord{Revision: st.TargetRevision, From: st.SourceRevision, SourceLabel: st.sourceLabelOnRecord(), Wave: st.Wave, At: d.now, Migration: st.MigrationID()}
+	d.addMove(w, rec, fmt.Sprintf("moving to %s in wave %d a second time: its first move was undone (reported at %s) and the namespace was resumed since",
+		st.TargetRevision, st.Wave, r.At.UTC().Format(time.RFC3339)))
+	return true, true
+}
+
+// memberRevertReported reports a member of the wave in flight whose move
+// was undone whole (template and record), and returns the pause's reason.
+func (d *decider) memberRevertReported(w Workload) string {
+	st := d.st
+	o, owned := OwnerOf(w.Labels, w.Annotations)
+	st.noteRevert(w.Name, o.ID(), d.now)
+	who := ownerOrSomeone(o, owned)
+	msg := fmt.Sprintf("%s was restarted in wave %d (a ReplicaSet carries its stamp %s), then %s put its template back and removed its %s record: meshwave does not restart it again on its own. %s; then remove %s to move it again, or set %s on it",
+		describe(w.Name), st.Wave, w.RolledOutRestart.UTC().Format(time.RFC3339), who, AnnotationMove,
+		capitalized(handOver(o, owned, "meshwave's keys")), AnnotationPaused, AnnotationSkip)
+	d.event(w.Name, EventWarning, "TemplateReverted", msg)
+	st.warn(describe(w.Name)+"'s template", msg)
+	d.out.Reverts = append(d.out.Reverts, RevertSeen{Kind: RevertTemplate, Owner: o.ID()})
+	return fmt.Sprintf("the move of %s was undone by %s", describe(w.Name), who)
+}
