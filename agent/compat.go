@@ -245,6 +245,9 @@ func slimCompat(gvr schema.GroupVersionResource) cache.TransformFunc {
 		switch gvr {
 		case envoyFiltersResource:
 			keep("spec", "workloadSelector")
+			// The informer may slim an object twice (a watch-list's
+			// initial events): a slim one keeps what it has.
+			keep("spec", "proxyVersions")
 			patches, _, _ := unstructured.NestedSlice(u.Object, "spec", "configPatches")
 			var versions []any
 			for _, p := range patches {

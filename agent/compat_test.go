@@ -140,6 +140,11 @@ func TestTheServedPrecheckKindsAreGatheredSlim(t *testing.T) {
 	require.NoError(t, err)
 	_, found, _ := unstructured.NestedFieldNoCopy(objs[0].(*unstructured.Unstructured).Object, "spec", "configPatches")
 	assert.False(t, found)
+
+	// Slimming a slim object changes nothing.
+	again, err := slimCompat(envoyFiltersResource)(objs[0])
+	require.NoError(t, err)
+	assert.Equal(t, objs[0], again)
 }
 
 func TestAPrecheckKindWhoseCRDArrivesLaterIsWatchedThen(t *testing.T) {
