@@ -49,6 +49,9 @@ type Caches struct {
 	Jobs cache.GenericLister
 	// metaFactory holds the metadata-only informers.
 	metaFactory metadatainformer.SharedInformerFactory
+	// compat reads the kinds of the compatibility prechecks; nil unless
+	// WatchCompat was called.
+	compat *compatCaches
 }
 
 // NewCaches builds the informers. Their transform keeps only what
@@ -119,6 +122,9 @@ func (c *Caches) Start(ctx context.Context) {
 	if c.metaFactory != nil {
 		c.metaFactory.Start(c.stop)
 	}
+	if c.compat != nil {
+		c.compat.start(ctx)
+	}
 }
 
 // WaitForSync blocks until every cache has synced or they are stopped.
@@ -135,6 +141,9 @@ func (c *Caches) WaitForSync() bool {
 			}
 		}
 	}
+	if c.compat != nil {
+		return c.compat.waitForSync()
+	}
 	return true
 }
 
@@ -145,7 +154,7 @@ func (c *Caches) Synced() bool {
 			return false
 		}
 	}
-	return true
+	return c.compat == nil || c.compat.synced()
 }
 
 // Shutdown stops the informers and waits for them.
@@ -156,6 +165,9 @@ func (c *Caches) Shutdown() {
 	c.factory.Shutdown()
 	if c.metaFactory != nil {
 		c.metaFactory.Shutdown()
+	}
+	if c.compat != nil {
+		c.compat.factory.Shutdown()
 	}
 }
 
@@ -219,6 +231,12 @@ func slimPod(p *corev1.Pod, keep map[string]bool) *corev1.Pod {
 		},
 		Spec:   corev1.PodSpec{NodeName: p.Spec.NodeName},
 		Status: corev1.PodStatus{Phase: p.Status.Phase, PodIP: p.Status.PodIP},
+	}
+	if p.Labels["app"] == "istiod" {
+		// An istiod's image tag is its revision's proxy version.
+		for _, c := range p.Spec.Containers {
+			out.Spec.Containers = append(out.Spec.Containers, corev1.Container{Name: c.Name, Image: c.Image})
+		}
 	}
 	for k, v := range p.Annotations {
 		if keep[k] {

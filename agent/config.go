@@ -82,6 +82,15 @@ type Config struct {
 	LeaderElection LeaderElection `json:"leaderElection"`
 	// Gates configures the checks after each wave.
 	Gates Gates `json:"gates"`
+	// Prechecks configures the checks before the first wave.
+	Prechecks Prechecks `json:"prechecks"`
+}
+
+// Prechecks configures the checks before a namespace's first wave.
+type Prechecks struct {
+	// Strict turns the compatibility warnings (EnvoyFilters, Telemetries,
+	// Sail's grace period) into a block.
+	Strict bool `json:"strict"`
 }
 
 // LeaderElection configures the leader lease.
@@ -434,5 +443,8 @@ func (c Config) Decisions() canary.Config {
 		InconclusiveLimit:  c.InconclusiveLimit,
 		RequiredPasses:     c.Gates.Metrics.RequiredPasses,
 		AnalysisInterval:   c.Gates.Metrics.Interval.D(),
+		MetricChecks:       c.Gates.Metrics.Prometheus.URL != "",
+		BakeTime:           c.Gates.Metrics.BakeTime.D(),
+		StrictPrechecks:    c.Prechecks.Strict,
 	}.WithDefaults()
 }

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -52,6 +53,10 @@ type Options struct {
 	// Metadata reads the Jobs' metadata, to tell a CronJob's pods in
 	// meshwave_revision_holders; nil counts them as their Job's.
 	Metadata metadata.Interface
+	// Dynamic reads the EnvoyFilters, Telemetries and Sail Istio resources
+	// of the compatibility prechecks, each once Client's discovery lists
+	// it; nil skips those prechecks.
+	Dynamic dynamic.Interface
 }
 
 // Controller moves opted-in namespaces between revisions, one reconcile of
@@ -105,6 +110,9 @@ func New(opts Options) (*Controller, error) {
 	}
 	if opts.Metadata != nil {
 		c.caches.WatchJobs(opts.Metadata, opts.Config.ResyncPeriod.D())
+	}
+	if opts.Dynamic != nil {
+		c.caches.WatchCompat(opts.Dynamic, opts.Client.Discovery(), opts.Config.ResyncPeriod.D())
 	}
 	if c.gates == nil {
 		deps := opts.GateDeps
@@ -162,6 +170,13 @@ func (c *Controller) addHandlers() error {
 		AddFunc:    func(any) { c.enqueueAll() },
 		UpdateFunc: func(any, any) { c.enqueueAll() },
 		DeleteFunc: func(any) { c.enqueueAll() },
+	}
+	if c.caches.compat != nil {
+		// An EnvoyFilter, Telemetry or Sail Istio resource may concern
+		// any namespace that has not started.
+		if err := c.caches.compat.onChange(everyone); err != nil {
+			return err
+		}
 	}
 	for name, h := range map[string]cache.ResourceEventHandler{
 		"namespaces": nsHandler, "deployments": inNamespace, "statefulsets": inNamespace, "daemonsets": inNamespace,

@@ -44,6 +44,7 @@ func (c *Caches) Gather(ns *corev1.Namespace, rootNamespace string) (canary.Snap
 	if snap.Peers, err = c.peers(ns.Name); err != nil {
 		return snap, err
 	}
+	snap.Compat = c.compat.gather(ns.Name, rootNamespace)
 	return snap, nil
 }
 
@@ -350,18 +351,49 @@ func (c *Caches) mesh(rootNamespace string) (canary.Mesh, error) {
 	if err != nil {
 		return m, err
 	}
+	sort.Slice(istiods, func(i, j int) bool { return istiods[i].Name < istiods[j].Name })
 	for _, p := range istiods {
 		rev, ok := m.Revisions[p.Labels[canary.LabelRev]]
 		if !ok || p.DeletionTimestamp != nil {
 			continue
 		}
 		rev.Istiods++
-		if podOf(p).Ready && p.Status.Phase == corev1.PodRunning {
+		ready := podOf(p).Ready && p.Status.Phase == corev1.PodRunning
+		if ready {
 			rev.ReadyIstiods++
+		}
+		// The first Ready istiod's image names the version; a replica
+		// that is not Ready only until one is.
+		if image := istiodImage(p); image != "" && (rev.VersionFrom == "" || ready && rev.ReadyIstiods == 1) {
+			if v := canary.VersionFromImage(image); v != "" {
+				rev.ProxyVersion, rev.VersionFrom = v, "istiod image "+image
+			}
 		}
 		m.Revisions[rev.Name] = rev
 	}
+	for name, rev := range m.Revisions {
+		if rev.ProxyVersion == "" {
+			if v := canary.VersionFromRevision(name); v != "" {
+				rev.ProxyVersion, rev.VersionFrom = v, "revision name "+name
+				m.Revisions[name] = rev
+			}
+		}
+	}
 	return m, nil
+}
+
+// istiodImage is the image of istiod's discovery container, as Istio's
+// chart names it, or of its only container.
+func istiodImage(p *corev1.Pod) string {
+	for _, c := range p.Spec.Containers {
+		if c.Name == "discovery" {
+			return c.Image
+		}
+	}
+	if len(p.Spec.Containers) == 1 {
+		return p.Spec.Containers[0].Image
+	}
+	return ""
 }
 
 // Istiods returns a lister of the Ready istiod pods of a revision, with

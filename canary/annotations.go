@@ -22,6 +22,9 @@ const (
 	AnnotationRollback = "meshwave.io/rollback"
 	// Namespace: overrides the configured failure policy.
 	AnnotationFailurePolicy = "meshwave.io/failure-policy"
+	// Namespace: "true" allows a target whose proxy is older than the
+	// source's.
+	AnnotationAllowDowngrade = "meshwave.io/allow-downgrade"
 	// Deployment: lower values go first; default 100.
 	AnnotationWave = "meshwave.io/wave"
 	// Deployment: "true" is never touched.
@@ -90,6 +93,8 @@ type NamespaceSettings struct {
 	Paused        bool
 	Rollback      RollbackScope
 	FailurePolicy FailurePolicy // "" when the namespace does not override it
+	// AllowDowngrade opts in to a target whose proxy is older.
+	AllowDowngrade bool
 }
 
 // RollbackScope is what a manual rollback returns to the source.
@@ -166,6 +171,15 @@ func ParseNamespace(name string, annotations map[string]string) (NamespaceSettin
 			bad(AnnotationFailurePolicy, v, `one of "RollbackWave", "Pause" or "Continue"`)
 		}
 		s.FailurePolicy = p
+	}
+	if v, ok := annotations[AnnotationAllowDowngrade]; ok {
+		switch v {
+		case "true":
+			s.AllowDowngrade = true
+		case "false":
+		default:
+			bad(AnnotationAllowDowngrade, v, `"true" or "false"`)
+		}
 	}
 	return s, errs
 }

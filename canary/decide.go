@@ -38,6 +38,13 @@ type Config struct {
 	// AnalysisInterval is the time between two runs of the metric checks;
 	// default 30s.
 	AnalysisInterval time.Duration
+	// MetricChecks is true when the metric checks run, and BakeTime is how
+	// long after a wave is up they start: the migration's estimate counts
+	// them.
+	MetricChecks bool
+	BakeTime     time.Duration
+	// StrictPrechecks turns the compatibility warnings into a block.
+	StrictPrechecks bool
 }
 
 // DefaultConfig is the one set of defaults: the agent's configuration
@@ -409,6 +416,17 @@ func (d *decider) pending() {
 		d.event("", EventNormal, "Completed", st.Reason)
 		return
 	}
+	compat := d.compatWarnings(plan, sourceRev)
+	if d.cfg.StrictPrechecks && len(compat) > 0 {
+		st.Warnings = boundWarnings(compat)
+		reason := "prechecks.strict: " + compat[0]
+		if len(compat) > 1 {
+			reason += fmt.Sprintf(" (and %d more in the status's warnings)", len(compat)-1)
+		}
+		d.blockPrecheck(reason, false)
+		return
+	}
+	st.Warnings = nil
 	if d.settings.Paused {
 		// Paused before its first wave, it takes no slot and holds no one up.
 		st.Phase, st.Reason = PhasePaused, "paused by "+AnnotationPaused+" before the first wave"
@@ -426,7 +444,7 @@ func (d *decider) pending() {
 	st.Phase, st.Reason = PhaseMigrating, ""
 	st.SourceLabel, st.SourceRevision = source, sourceRev
 	st.StartedAt, st.RetriedAt = timePtr(d.freshStart()), nil
-	st.Warnings = d.warnings(plan)
+	st.Warnings = d.warnings(plan, sourceRev, compat)
 	d.event("", EventNormal, "MigrationStarted", fmt.Sprintf("moving %d workloads from %s to %s in %d waves", plan.Remaining(), sourceRev, st.TargetRevision, len(plan.Waves)))
 	for _, w := range st.Warnings {
 		d.event("", EventWarning, "PrecheckWarning", w)
@@ -460,6 +478,9 @@ func (d *decider) precheck() (reason string, retry bool, source, sourceRev strin
 	}
 	if rev, ok := d.snap.Mesh.Revisions[d.st.TargetRevision]; !ok || rev.ReadyIstiods == 0 {
 		return fmt.Sprintf("revision %s has no Ready istiod pod (%d pods)", d.st.TargetRevision, rev.Istiods), true, "", ""
+	}
+	if why, _ := d.downgrade(sourceRev); why != "" {
+		return why, false, "", ""
 	}
 	injected := false
 	for _, w := range d.snap.Workloads {
@@ -512,9 +533,15 @@ func (d *decider) podSourceRevision() string {
 	return best
 }
 
-// warnings are the risks the precheck reports without blocking.
-func (d *decider) warnings(plan NamespacePlan) []string {
-	out := d.gitopsWarnings(plan)
+// warnings are the risks the precheck reports without blocking: the
+// compatibility warnings first, then an allowed downgrade, GitOps owners,
+// single replicas and gateways.
+func (d *decider) warnings(plan NamespacePlan, sourceRev string, compat []string) []string {
+	out := slices.Clone(compat)
+	if _, note := d.downgrade(sourceRev); note != "" {
+		out = append(out, note)
+	}
+	out = append(out, d.gitopsWarnings(plan)...)
 	inPlan := map[string]bool{}
 	for _, w := range plan.Waves {
 		for _, p := range w {
@@ -531,8 +558,14 @@ func (d *decider) warnings(plan NamespacePlan) []string {
 			out = append(out, fmt.Sprintf("%s is a %s and is skipped: once %s switches, a restarted gateway pod is injected by %s", describe(x.Workload), x.Reason, LabelRev, d.st.TargetRevision))
 		}
 	}
+	return boundWarnings(out)
+}
+
+// boundWarnings keeps the status's warnings to maxWarnings, the last one
+// counting those left out.
+func boundWarnings(out []string) []string {
 	if len(out) > maxWarnings {
-		out = append(out[:maxWarnings-1], fmt.Sprintf("and %d more", len(out)-maxWarnings+1))
+		out = append(out[:maxWarnings-1:maxWarnings-1], fmt.Sprintf("and %d more", len(out)-maxWarnings+1))
 	}
 	return out
 }

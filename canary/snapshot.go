@@ -16,6 +16,8 @@ type Snapshot struct {
 	// Peers are the other namespaces that opted in, for priority order and
 	// concurrency.
 	Peers []Peer
+	// Compat are the mesh resources the compatibility prechecks read.
+	Compat Compat
 	// Unmovable are the namespace's other workloads whose running pods
 	// carry a proxy, sorted by ID: meshwave accounts for them but never
 	// restarts them.
@@ -135,6 +137,11 @@ type Revision struct {
 	// Istiods and ReadyIstiods count its istiod pods.
 	Istiods      int
 	ReadyIstiods int
+	// ProxyVersion is the Istio version its proxies report as
+	// ISTIO_VERSION (e.g. "1.26.1"); "" when it cannot be told.
+	// VersionFrom says where it was read, for messages.
+	ProxyVersion string
+	VersionFrom  string
 }
 
 // Resolve returns the revision a revision or tag name stands for.

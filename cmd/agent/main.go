@@ -23,6 +23,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
@@ -133,7 +134,15 @@ func (cl cli) runCommand(ctx context.Context, args []string) error {
 	// The chart passes the pod's name and IP from the downward API; the
 	// sync client names itself with them when it asks istiod.
 	deps := agent.GateDeps{PodName: os.Getenv("POD_NAME"), PodIP: os.Getenv("POD_IP")}
-	ctrl, err := agent.New(agent.Options{Client: client, Metadata: md, Config: cfg, GateDeps: deps, Registerer: reg, TracerProvider: tp})
+	rc, err := opts.restConfig()
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	ctrl, err := agent.New(agent.Options{Client: client, Metadata: md, Dynamic: dyn, Config: cfg, GateDeps: deps, Registerer: reg, TracerProvider: tp})
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package mesh
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -87,6 +88,8 @@ type chartValues struct {
 	Policy   string
 	// Env is extra environment for istiod, the chart's env values.
 	Env map[string]string
+	// Tag is global.tag; default the built istiod's version.
+	Tag string
 }
 
 // renderIstioChart renders Istio's istio-discovery chart for one revision,
@@ -100,7 +103,7 @@ func renderIstioChart(ctx context.Context, a IstioArtifacts, v chartValues, only
 		"--set", "global.istioNamespace=" + v.RootNamespace,
 		"--set", "istiodRemote.injectionURL=https://" + v.ServiceIP + ":15017/inject/cluster/Kubernetes/net/network1",
 		"--set", "base.validationURL=https://" + v.ServiceIP + ":15017/validate",
-		"--set", "global.tag=" + a.Version,
+		"--set", "global.tag=" + cmp.Or(v.Tag, a.Version),
 		"--set", "autoscaleEnabled=false",
 		"--set", fmt.Sprintf("replicaCount=%d", max(v.Replicas, 1)),
 	}

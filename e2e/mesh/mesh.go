@@ -39,6 +39,11 @@ type Revision struct {
 	// Version is the Istio version it runs; by default derived from Name
 	// ("1-26" runs 1.26.0).
 	Version string
+	// ImageTag is the tag Istio's chart renders the real istiod's and the
+	// injected proxy's images with (global.tag), which the proxy reports as
+	// its ISTIO_VERSION; default the built istiod's own version
+	// (.istio-version, e.g. 1.31-dev).
+	ImageTag string
 	// Replicas is the number of istiod pods; default 1.
 	Replicas int
 	// InjectionPolicy is "enabled" (default) or "disabled", under which only

@@ -579,7 +579,7 @@ func (m *Mesh) installRealRevision(ctx context.Context, rev Revision) error {
 	m.opts.IPs.AssignIPs(root, sel, m.allocateIP)
 	m.opts.IPs.Probe(root, sel, d.ready)
 
-	objs, err := renderIstioChart(ctx, *m.istio, chartValues{Revision: rev.Name, RootNamespace: root, ServiceIP: ip, Replicas: rev.Replicas, Policy: rev.InjectionPolicy, Env: rev.Env})
+	objs, err := renderIstioChart(ctx, *m.istio, chartValues{Revision: rev.Name, RootNamespace: root, ServiceIP: ip, Replicas: rev.Replicas, Policy: rev.InjectionPolicy, Env: rev.Env, Tag: rev.ImageTag})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,309 @@
+package agent
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/meshwave/meshwave/canary"
+)
+
+// The kinds the compatibility prechecks read. Each is watched only once
+// the cluster serves it: Istio's CRDs and Sail's are optional.
+var (
+	envoyFiltersResource = schema.GroupVersionResource{Group: "networking.istio.io", Version: "v1alpha3", Resource: "envoyfilters"}
+	telemetriesResource  = schema.GroupVersionResource{Group: "telemetry.istio.io", Version: "v1", Resource: "telemetries"}
+	sailIstiosResource   = schema.GroupVersionResource{Group: "sailoperator.io", Version: "v1", Resource: "istios"}
+	compatResources      = []schema.GroupVersionResource{envoyFiltersResource, telemetriesResource, sailIstiosResource}
+)
+
+// compatRecheck is how often discovery is asked again for the kinds whose
+// CRD was missing: one installed later is then watched within a minute.
+const compatRecheck = time.Minute
+
+// compatCaches are dynamic informers of the compatibility kinds, each
+// started when discovery first lists its resource. Until then its kind
+// reads as empty: a cluster without the CRDs gathers nothing, and no
+// informer fails to sync.
+type compatCaches struct {
+	discovery discovery.DiscoveryInterface
+	factory   dynamicinformer.DynamicSharedInformerFactory
+	recheck   time.Duration
+
+	mu        sync.Mutex
+	listers   map[schema.GroupVersionResource]cache.GenericLister
+	informers map[schema.GroupVersionResource]cache.SharedIndexInformer
+	handlers  []cache.ResourceEventHandler
+	stop      <-chan struct{}
+}
+
+// WatchCompat adds the compatibility kinds, before Start: each is watched
+// once disc lists it.
+func (c *Caches) WatchCompat(client dynamic.Interface, disc discovery.DiscoveryInterface, resync time.Duration) {
+	c.compat = &compatCaches{
+		discovery: disc,
+		factory:   dynamicinformer.NewFilteredDynamicSharedInformerFactory(client, resync, "", nil),
+		recheck:   compatRecheck,
+		listers:   map[schema.GroupVersionResource]cache.GenericLister{},
+		informers: map[schema.GroupVersionResource]cache.SharedIndexInformer{},
+	}
+}
+
+// onChange registers a handler on every compatibility informer, those
+// started later included.
+func (cc *compatCaches) onChange(h cache.ResourceEventHandler) error {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	cc.handlers = append(cc.handlers, h)
+	for _, inf := range cc.informers {
+		if _, err := inf.AddEventHandler(h); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// start watches the kinds the cluster serves now, and asks again every
+// recheck for the others until all are watched or stop closes.
+func (cc *compatCaches) start(ctx context.Context) {
+	cc.mu.Lock()
+	cc.stop = ctx.Done()
+	cc.mu.Unlock()
+	if cc.ensure(ctx) {
+		return
+	}
+	go func() {
+		tick := time.NewTicker(cc.recheck)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				if cc.ensure(ctx) {
+					return // every kind is watched
+				}
+			}
+		}
+	}()
+}
+
+// ensure starts an informer for each served kind not yet watched, and
+// reports whether every kind is watched.
+func (cc *compatCaches) ensure(ctx context.Context) bool {
+	all := true
+	for _, gvr := range compatResources {
+		cc.mu.Lock()
+		_, watched := cc.informers[gvr]
+		cc.mu.Unlock()
+		if watched {
+			continue
+		}
+		served, err := cc.served(gvr)
+		if err != nil {
+			klog.FromContext(ctx).V(2).Info("Cannot tell whether the cluster serves a kind the prechecks read; asking again later", "resource", gvr.String(), "err", err.Error())
+		}
+		if !served {
+			all = false
+			continue
+		}
+		cc.watch(ctx, gvr)
+	}
+	return all
+}
+
+// served asks discovery whether the cluster serves gvr. A group version it
+// does not know is a plain no.
+func (cc *compatCaches) served(gvr schema.GroupVersionResource) (bool, error) {
+	list, err := cc.discovery.ServerResourcesForGroupVersion(gvr.GroupVersion().String())
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	for _, r := range list.APIResources {
+		if r.Name == gvr.Resource {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+func (cc *compatCaches) watch(ctx context.Context, gvr schema.GroupVersionResource) {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	gi := cc.factory.ForResource(gvr)
+	inf := gi.Informer()
+	if err := inf.SetTransform(slimCompat(gvr)); err != nil {
+		klog.FromContext(ctx).Error(err, "Cannot slim a precheck informer's objects", "resource", gvr.String())
+	}
+	for _, h := range cc.handlers {
+		if _, err := inf.AddEventHandler(h); err != nil {
+			klog.FromContext(ctx).Error(err, "Cannot watch a kind the prechecks read", "resource", gvr.String())
+		}
+	}
+	cc.informers[gvr], cc.listers[gvr] = inf, gi.Lister()
+	cc.factory.Start(cc.stop)
+	klog.FromContext(ctx).Info("Watching a kind the prechecks read", "resource", gvr.String())
+}
+
+// synced reports whether every started informer has synced.
+func (cc *compatCaches) synced() bool {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	for _, inf := range cc.informers {
+		if !inf.HasSynced() {
+			return false
+		}
+	}
+	return true
+}
+
+// waitForSync waits for the informers started so far.
+func (cc *compatCaches) waitForSync() bool {
+	cc.mu.Lock()
+	stop, infs := cc.stop, make([]cache.InformerSynced, 0, len(cc.informers))
+	for _, inf := range cc.informers {
+		infs = append(infs, inf.HasSynced)
+	}
+	cc.mu.Unlock()
+	return cache.WaitForCacheSync(stop, infs...)
+}
+
+func (cc *compatCaches) list(gvr schema.GroupVersionResource, namespace string) []*unstructured.Unstructured {
+	cc.mu.Lock()
+	lister, ok := cc.listers[gvr]
+	inf := cc.informers[gvr]
+	cc.mu.Unlock()
+	if !ok || !inf.HasSynced() {
+		return nil
+	}
+	var objs []any
+	if namespace == "" {
+		list, err := lister.List(labels.Everything())
+		if err != nil {
+			return nil
+		}
+		for _, o := range list {
+			objs = append(objs, o)
+		}
+	} else {
+		list, err := lister.ByNamespace(namespace).List(labels.Everything())
+		if err != nil {
+			return nil
+		}
+		for _, o := range list {
+			objs = append(objs, o)
+		}
+	}
+	var out []*unstructured.Unstructured
+	for _, o := range objs {
+		if u, ok := o.(*unstructured.Unstructured); ok {
+			out = append(out, u)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].GetNamespace() != out[j].GetNamespace() {
+			return out[i].GetNamespace() < out[j].GetNamespace()
+		}
+		return out[i].GetName() < out[j].GetName()
+	})
+	return out
+}
+
+// slimCompat keeps of each object its identity and the spec fields the
+// prechecks read: an EnvoyFilter's patches (Lua code, Wasm config) stay
+// out of memory.
+func slimCompat(gvr schema.GroupVersionResource) cache.TransformFunc {
+	return func(obj any) (any, error) {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			return obj, nil
+		}
+		out := &unstructured.Unstructured{Object: map[string]any{"apiVersion": u.GetAPIVersion(), "kind": u.GetKind()}}
+		out.SetName(u.GetName())
+		out.SetNamespace(u.GetNamespace())
+		out.SetUID(u.GetUID())
+		out.SetResourceVersion(u.GetResourceVersion())
+		keep := func(path ...string) {
+			if v, found, _ := unstructured.NestedFieldNoCopy(u.Object, path...); found {
+				_ = unstructured.SetNestedField(out.Object, v, path...)
+			}
+		}
+		switch gvr {
+		case envoyFiltersResource:
+			keep("spec", "workloadSelector")
+			// The informer may slim an object twice (a watch-list's
+			// initial events): a slim one keeps what it has.
+			keep("spec", "proxyVersions")
+			patches, _, _ := unstructured.NestedSlice(u.Object, "spec", "configPatches")
+			var versions []any
+			for _, p := range patches {
+				pm, _ := p.(map[string]any)
+				v, _, _ := unstructured.NestedString(pm, "match", "proxy", "proxyVersion")
+				versions = append(versions, v)
+			}
+			if versions != nil {
+				_ = unstructured.SetNestedSlice(out.Object, versions, "spec", "proxyVersions")
+			}
+		case telemetriesResource:
+			keep("spec", "selector")
+		case sailIstiosResource:
+			keep("spec", "updateStrategy")
+		}
+		return out, nil
+	}
+}
+
+// gatherCompat reads the compatibility kinds for namespace ns: its own
+// EnvoyFilters and the root namespace's, its Telemetries, and every Sail
+// Istio resource.
+func (cc *compatCaches) gather(ns, rootNamespace string) canary.Compat {
+	var out canary.Compat
+	if cc == nil {
+		return out
+	}
+	namespaces := []string{ns}
+	if rootNamespace != ns {
+		namespaces = []string{rootNamespace, ns}
+	}
+	for _, n := range namespaces {
+		for _, u := range cc.list(envoyFiltersResource, n) {
+			f := canary.EnvoyFilter{Namespace: u.GetNamespace(), Name: u.GetName()}
+			f.WorkloadSelector, _, _ = unstructured.NestedStringMap(u.Object, "spec", "workloadSelector", "labels")
+			versions, _, _ := unstructured.NestedSlice(u.Object, "spec", "proxyVersions")
+			for _, v := range versions {
+				if s, ok := v.(string); ok && s != "" {
+					f.ProxyVersions = append(f.ProxyVersions, s)
+				}
+			}
+			out.EnvoyFilters = append(out.EnvoyFilters, f)
+		}
+	}
+	for _, u := range cc.list(telemetriesResource, ns) {
+		t := canary.Telemetry{Namespace: u.GetNamespace(), Name: u.GetName()}
+		t.MatchLabels, _, _ = unstructured.NestedStringMap(u.Object, "spec", "selector", "matchLabels")
+		out.Telemetries = append(out.Telemetries, t)
+	}
+	for _, u := range cc.list(sailIstiosResource, "") {
+		is := canary.SailIstio{Name: u.GetName()}
+		is.UpdateStrategy, _, _ = unstructured.NestedString(u.Object, "spec", "updateStrategy", "type")
+		if g, found, err := unstructured.NestedInt64(u.Object, "spec", "updateStrategy", "inactiveRevisionDeletionGracePeriodSeconds"); found && err == nil {
+			is.GracePeriodSeconds = &g
+		}
+		out.SailIstios = append(out.SailIstios, is)
+	}
+	return out
+}

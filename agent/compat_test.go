@@ -1,0 +1,186 @@
+package agent
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	admissionregv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/meshwave/meshwave/canary"
+)
+
+// servedKinds is a discovery client that lists only the kinds it is told,
+// which a test may change while the agent runs.
+type servedKinds struct {
+	discovery.DiscoveryInterface
+	mu     sync.Mutex
+	served map[schema.GroupVersionResource]bool
+	asked  int
+}
+
+func (s *servedKinds) serve(gvr schema.GroupVersionResource) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.served[gvr] = true
+}
+
+func (s *servedKinds) ServerResourcesForGroupVersion(gv string) (*metav1.APIResourceList, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.asked++
+	out := &metav1.APIResourceList{GroupVersion: gv}
+	for gvr := range s.served {
+		if gvr.GroupVersion().String() == gv {
+			out.APIResources = append(out.APIResources, metav1.APIResource{Name: gvr.Resource, Namespaced: gvr != sailIstiosResource})
+		}
+	}
+	if len(out.APIResources) == 0 {
+		// As the apiserver answers for a group no CRD serves.
+		return fake.NewClientset().Discovery().ServerResourcesForGroupVersion(gv)
+	}
+	return out, nil
+}
+
+func unstructuredObj(gvr schema.GroupVersionResource, kind, ns, name string, spec map[string]any) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": gvr.GroupVersion().String(), "kind": kind, "spec": spec}}
+	u.SetNamespace(ns)
+	u.SetName(name)
+	return u
+}
+
+func compatObjects() []runtime.Object {
+	return []runtime.Object{
+		unstructuredObj(envoyFiltersResource, "EnvoyFilter", "istio-system", "lua", map[string]any{
+			"configPatches": []any{
+				map[string]any{"applyTo": "HTTP_FILTER", "match": map[string]any{"proxy": map[string]any{"proxyVersion": `^1\.25`}},
+					"patch": map[string]any{"operation": "INSERT_BEFORE", "value": map[string]any{"inlineCode": "function envoy_on_request(h) end"}}},
+				map[string]any{"applyTo": "CLUSTER"},
+			},
+		}),
+		unstructuredObj(envoyFiltersResource, "EnvoyFilter", "shop", "cart", map[string]any{
+			"workloadSelector": map[string]any{"labels": map[string]any{"app": "cart"}},
+			"configPatches":    []any{map[string]any{"match": map[string]any{"proxy": map[string]any{"proxyVersion": `^1\.2`}}}},
+		}),
+		unstructuredObj(envoyFiltersResource, "EnvoyFilter", "media", "elsewhere", map[string]any{
+			"configPatches": []any{map[string]any{"match": map[string]any{"proxy": map[string]any{"proxyVersion": `^1\.8`}}}},
+		}),
+		unstructuredObj(telemetriesResource, "Telemetry", "shop", "payments", map[string]any{
+			"selector": map[string]any{"matchLabels": map[string]any{"team": "payments"}},
+		}),
+		unstructuredObj(sailIstiosResource, "Istio", "", "default", map[string]any{
+			"updateStrategy": map[string]any{"type": "RevisionBased", "inactiveRevisionDeletionGracePeriodSeconds": int64(600)},
+		}),
+	}
+}
+
+func newCompatCaches(t *testing.T, disc *servedKinds, recheck time.Duration) (*Caches, *dynamicfake.FakeDynamicClient) {
+	t.Helper()
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
+		envoyFiltersResource: "EnvoyFilterList", telemetriesResource: "TelemetryList", sailIstiosResource: "IstioList",
+	}, compatObjects()...)
+	c := NewCaches(fake.NewClientset(), 0, nil)
+	c.WatchCompat(dyn, disc, 0)
+	c.compat.recheck = recheck
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() { cancel(); c.Shutdown() })
+	c.Start(ctx)
+	require.True(t, c.WaitForSync())
+	return c, dyn
+}
+
+func gatherShop(t *testing.T, c *Caches) canary.Compat {
+	t.Helper()
+	snap, err := c.Gather(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}, "istio-system")
+	require.NoError(t, err)
+	return snap.Compat
+}
+
+func TestWithoutTheCRDsThePrecheckKindsAreNeverListed(t *testing.T) {
+	disc := &servedKinds{served: map[schema.GroupVersionResource]bool{}}
+	c, dyn := newCompatCaches(t, disc, time.Hour)
+	assert.True(t, c.Synced())
+	assert.Equal(t, canary.Compat{}, gatherShop(t, c))
+	assert.Empty(t, dyn.Actions(), "no LIST or WATCH of a kind the cluster does not serve")
+	disc.mu.Lock()
+	defer disc.mu.Unlock()
+	assert.Equal(t, 3, disc.asked, "discovery is asked once per kind before the first recheck")
+}
+
+func TestTheServedPrecheckKindsAreGatheredSlim(t *testing.T) {
+	disc := &servedKinds{served: map[schema.GroupVersionResource]bool{envoyFiltersResource: true, telemetriesResource: true}}
+	c, dyn := newCompatCaches(t, disc, time.Hour)
+	assert.Equal(t, canary.Compat{
+		EnvoyFilters: []canary.EnvoyFilter{
+			{Namespace: "istio-system", Name: "lua", ProxyVersions: []string{`^1\.25`}},
+			{Namespace: "shop", Name: "cart", WorkloadSelector: map[string]string{"app": "cart"}, ProxyVersions: []string{`^1\.2`}},
+		},
+		Telemetries: []canary.Telemetry{{Namespace: "shop", Name: "payments", MatchLabels: map[string]string{"team": "payments"}}},
+	}, gatherShop(t, c), "the root namespace's filters and the namespace's own; no Sail resource, its CRD is absent")
+	listed := map[string]bool{}
+	for _, a := range dyn.Actions() {
+		listed[a.GetVerb()+" "+a.GetResource().Resource] = true
+	}
+	assert.Equal(t, map[string]bool{"list envoyfilters": true, "watch envoyfilters": true, "list telemetries": true, "watch telemetries": true}, listed)
+
+	// The cache keeps no patch body.
+	objs, err := c.compat.listers[envoyFiltersResource].ByNamespace("istio-system").List(labels.Everything())
+	require.NoError(t, err)
+	_, found, _ := unstructured.NestedFieldNoCopy(objs[0].(*unstructured.Unstructured).Object, "spec", "configPatches")
+	assert.False(t, found)
+
+	// Slimming a slim object changes nothing.
+	again, err := slimCompat(envoyFiltersResource)(objs[0])
+	require.NoError(t, err)
+	assert.Equal(t, objs[0], again)
+}
+
+func TestAPrecheckKindWhoseCRDArrivesLaterIsWatchedThen(t *testing.T) {
+	disc := &servedKinds{served: map[schema.GroupVersionResource]bool{}}
+	c, _ := newCompatCaches(t, disc, 20*time.Millisecond)
+	assert.Empty(t, gatherShop(t, c).SailIstios)
+	disc.serve(sailIstiosResource)
+	grace := int64(600)
+	require.Eventually(t, func() bool { return c.Synced() && len(gatherShop(t, c).SailIstios) == 1 }, 5*time.Second, 10*time.Millisecond)
+	assert.Equal(t, []canary.SailIstio{{Name: "default", UpdateStrategy: "RevisionBased", GracePeriodSeconds: &grace}}, gatherShop(t, c).SailIstios)
+}
+
+func TestARevisionsProxyVersionIsItsIstiodsImageTagOrItsName(t *testing.T) {
+	istiod := func(name, rev, image string) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "istio-system", Labels: map[string]string{"app": "istiod", canary.LabelRev: rev}},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "discovery", Image: image}}},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning,
+				Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+		}
+	}
+	injector := func(rev string) *admissionregv1.MutatingWebhookConfiguration {
+		return &admissionregv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "istio-sidecar-injector-" + rev, Labels: map[string]string{canary.LabelRev: rev}}}
+	}
+	client := fake.NewClientset(injector("1-25"), injector("1-26"), injector("stable"),
+		istiod("istiod-1-25-a", "1-25", "docker.io/istio/pilot:1.25.2-distroless"),
+		istiod("istiod-1-26-a", "1-26", "registry.local:5000/istio/pilot:latest"),
+		istiod("istiod-stable-a", "stable", "docker.io/istio/pilot:1.26.1"))
+	c := NewCaches(client, 0, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer func() { cancel(); c.Shutdown() }()
+	c.Start(ctx)
+	require.True(t, c.WaitForSync())
+	m, err := c.mesh("istio-system")
+	require.NoError(t, err)
+	assert.Equal(t, canary.Revision{Name: "1-25", Istiods: 1, ReadyIstiods: 1, ProxyVersion: "1.25.2", VersionFrom: "istiod image docker.io/istio/pilot:1.25.2-distroless"}, m.Revisions["1-25"])
+	assert.Equal(t, canary.Revision{Name: "1-26", Istiods: 1, ReadyIstiods: 1, ProxyVersion: "1.26", VersionFrom: "revision name 1-26"}, m.Revisions["1-26"], "a tag that is no version falls back to the name")
+	assert.Equal(t, canary.Revision{Name: "stable", Istiods: 1, ReadyIstiods: 1, ProxyVersion: "1.26.1", VersionFrom: "istiod image docker.io/istio/pilot:1.26.1"}, m.Revisions["stable"])
+}
