@@ -1076,7 +1076,7 @@ func (d *decider) wavePassed() {
 	var moved []string
 	for i, m := range st.Workloads {
 		if m.State == StateMoving {
-			st.Workloads[i].State = StateMoved
+			st.Workloads[i].State, st.Workloads[i].Reason = StateMoved, ""
 			moved = append(moved, m.Name)
 		}
 	}
@@ -1318,11 +1318,16 @@ func (d *decider) rollingBack() {
 	}
 	members := d.rollbackMembers()
 	issued := false
+	// A member's reason says how far the eviction of its pods got.
+	progress := map[string]string{}
+	for _, m := range st.Workloads {
+		progress[m.Name] = m.Reason
+	}
 	st.Workloads = nil
 	var refused []string
 	for _, w := range members {
 		if len(st.Workloads) < maxListed {
-			st.Workloads = append(st.Workloads, WorkloadState{Name: w.Name, State: StateRolledBack})
+			st.Workloads = append(st.Workloads, WorkloadState{Name: w.Name, State: StateRolledBack, Reason: progress[w.Name]})
 		}
 		fwd, ok := forwardIn(w, st.MigrationID())
 		if !ok {
@@ -1374,6 +1379,9 @@ func (d *decider) rollingBack() {
 	if !notPassed {
 		st.Phase = PhaseRolledBack
 		st.WaveState = ""
+		for i := range st.Workloads {
+			st.Workloads[i].Reason = ""
+		}
 		st.CompletedAt = timePtr(d.now)
 		st.Reason = fmt.Sprintf("rolled back %d workloads to %s: %s", len(members), st.SourceRevision, st.Reason)
 		d.event("", EventWarning, "RolledBack", st.Reason)

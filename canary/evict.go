@@ -146,5 +146,13 @@ func (d *decider) evictions(members []Workload, expect string, rollback bool) {
 			msg = fmt.Sprintf("evicting pod %s of %s: it never got ready, and its controller rolls nothing back to %s while it waits for it", pod.Name, describe(w.Name), expect)
 		}
 		d.out.Evictions = append(d.out.Evictions, Eviction{Workload: w.Name, Pod: pod.Name, UID: pod.UID, Message: msg})
+		// Each pod's replacement shows in the status: one write per pod,
+		// which also fences the eviction with the namespace's
+		// resourceVersion, as every restart is.
+		for i := range d.st.Workloads {
+			if d.st.Workloads[i].Name == w.Name {
+				d.st.Workloads[i].Reason = fmt.Sprintf("%d of %d pods replaced; evicting %s", replaced, w.Replicas, pod.Name)
+			}
+		}
 	}
 }

@@ -116,6 +116,9 @@ func TestAnOnDeleteMemberIsEvictedOnlyAfterItsMoveIsOnRecord(t *testing.T) {
 	assert.Empty(t, d.Moves, "the template is not restarted twice")
 	assert.Equal(t, []Eviction{{Workload: "StatefulSet/db", Pod: "db-2", UID: "uid-2",
 		Message: "evicting pod db-2 of statefulset db (0 of 3 replaced): its updateStrategy is OnDelete, so it moves to 1-26 one pod at a time"}}, d.Evictions)
+	require.NotNil(t, d.Status, "each pod's replacement shows in the status")
+	assert.Equal(t, []WorkloadState{{Name: "StatefulSet/db", State: StateMoving, Reason: "0 of 3 pods replaced; evicting db-2"}}, d.Status.Workloads)
+	assert.False(t, OnlyProgress(st, d.Status), "written, and so fenced with the namespace's resourceVersion")
 }
 
 func TestAStatefulSetRollingBackHasItsNeverReadyPodEvicted(t *testing.T) {
