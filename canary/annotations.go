@@ -22,6 +22,8 @@ const (
 	AnnotationRollback = "meshwave.io/rollback"
 	// Namespace: overrides the configured failure policy.
 	AnnotationFailurePolicy = "meshwave.io/failure-policy"
+	// Namespace: maintenance windows that narrow the configured ones.
+	AnnotationMaintenanceWindow = "meshwave.io/maintenance-window"
 	// Deployment: lower values go first; default 100.
 	AnnotationWave = "meshwave.io/wave"
 	// Deployment: "true" is never touched.
@@ -90,6 +92,9 @@ type NamespaceSettings struct {
 	Paused        bool
 	Rollback      RollbackScope
 	FailurePolicy FailurePolicy // "" when the namespace does not override it
+	// Windows narrow the configured maintenance windows: a wave starts
+	// only when both are open. Nil when the namespace sets none.
+	Windows Windows
 }
 
 // RollbackScope is what a manual rollback returns to the source.
@@ -166,6 +171,13 @@ func ParseNamespace(name string, annotations map[string]string) (NamespaceSettin
 			bad(AnnotationFailurePolicy, v, `one of "RollbackWave", "Pause" or "Continue"`)
 		}
 		s.FailurePolicy = p
+	}
+	if v, ok := annotations[AnnotationMaintenanceWindow]; ok {
+		ws, expected := parseWindowAnnotation(v)
+		if expected != "" {
+			bad(AnnotationMaintenanceWindow, v, expected)
+		}
+		s.Windows = ws
 	}
 	return s, errs
 }
