@@ -175,6 +175,16 @@ func NextOpening(t time.Time, lists ...Windows) (time.Time, bool) {
 	return time.Time{}, false
 }
 
+// WindowsOpen reports whether every non-empty list is open at t.
+func WindowsOpen(t time.Time, lists ...Windows) bool {
+	for _, ws := range lists {
+		if !ws.openAt(t) {
+			return false
+		}
+	}
+	return true
+}
+
 // WindowSpec is a window as a person writes it, in the configuration file
 // or in the namespace annotation meshwave.io/maintenance-window.
 type WindowSpec struct {
