@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	cron "github.com/netresearch/go-cron"
@@ -74,7 +75,7 @@ func NewWindow(schedule string, duration time.Duration, timeZone string) (Window
 	if timeZone == "Local" {
 		return w, &WindowError{"timeZone", timeZone, `an IANA time zone such as "Europe/Berlin" or "UTC" ("Local" depends on the agent's machine)`}
 	}
-	loc, err := time.LoadLocation(timeZone)
+	loc, err := loadLocation(timeZone)
 	if err != nil {
 		return w, &WindowError{"timeZone", timeZone, `an IANA time zone such as "Europe/Berlin" or "UTC"`}
 	}
@@ -87,6 +88,23 @@ func NewWindow(schedule string, duration time.Duration, timeZone string) (Window
 	}
 	w.spec = &s
 	return w, nil
+}
+
+// locations caches time.LoadLocation, which reads the zone database on
+// every call: every reconcile reads the windows of each opted-in
+// namespace (its peers' included).
+var locations sync.Map
+
+func loadLocation(name string) (*time.Location, error) {
+	if loc, ok := locations.Load(name); ok {
+		return loc.(*time.Location), nil
+	}
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		return nil, err
+	}
+	locations.Store(name, loc)
+	return loc, nil
 }
 
 // String renders the window as a person wrote it.
