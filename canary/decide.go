@@ -1103,6 +1103,9 @@ func (d *decider) waitForWindow(what string) bool {
 	opening = opening.UTC()
 	st.Reason = fmt.Sprintf("%s is waiting for the maintenance window opening at %s", what, opening.Format(time.RFC3339))
 	st.NextWindow = &opening
+	if prev := d.in.Status; prev == nil || prev.Reason != st.Reason {
+		d.event("", EventNormal, "WaitingForWindow", st.Reason)
+	}
 	d.requeue(opening.Sub(d.now))
 	return true
 }

@@ -159,10 +159,12 @@ func TestNoWaveStartsOutsideAWindowAndTheFirstStartsWhenItOpens(t *testing.T) {
 	assert.Empty(t, d.Moves)
 	assert.Empty(t, d.Label, "the label does not switch before the first wave")
 	assert.False(t, d.Status.HoldsSlot(), "waiting for its window, it holds no slot")
+	assert.Equal(t, []Event{{Type: EventNormal, Reason: "WaitingForWindow", Message: d.Status.Reason}}, d.Events)
 
 	s.now = at(t, "2026-11-29T13:59:59Z")
 	d = s.decide(nil)
 	assert.Nil(t, d.Status, "the same wait is not written again")
+	assert.Empty(t, d.Events, "nor reported again")
 	assert.Equal(t, time.Second, d.RequeueAfter)
 
 	s.now = at(t, "2026-11-29T14:00:00Z") // exactly when it opens
