@@ -461,8 +461,14 @@ func TestTheDashboardAndAlertsOnALiveAgent(t *testing.T) {
 		}
 		raw, err := p.Query(f.Ctx, `meshwave_namespace_phase == 1`)
 		require.NoError(t, err)
-		assert.Equal(t, map[string]string{done: "Completed", bad: "RolledBack", paused: "Paused", stuck: "Migrating", blocked: "Blocked"}, phases,
+		assert.Equal(t, map[string]string{done: "Completed", bad: "RolledBack", paused: "Paused", stuck: "Migrating", blocked: "Blocked", later: "Pending"}, phases,
 			"every replica's phases: %v", raw)
+		open := map[string]float64{}
+		for _, s := range now("Maintenance windows", ".*") {
+			open[string(s.Metric["namespace"])] = float64(s.Value)
+		}
+		assert.Equal(t, map[string]float64{done: 1, bad: 1, paused: 1, stuck: 1, blocked: 1, later: 0}, open,
+			"closed only for the namespace whose window opens hours later; open without windows")
 		// The phase panel, for the paused namespace alone, shows Paused.
 		vec := now("Phase of each namespace", paused)
 		require.Len(t, vec, 1)
