@@ -1,7 +1,6 @@
 package canary
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -244,10 +243,4 @@ func parseWindowAnnotation(v string) (Windows, string) {
 		out = append(out, w)
 	}
 	return out, ""
-}
-
-// EncodeWindows renders windows as the annotation's JSON.
-func EncodeWindows(ws []WindowSpec) string {
-	raw, _ := json.Marshal(ws)
-	return string(raw)
 }
