@@ -84,6 +84,9 @@ type Config struct {
 	Gates Gates `json:"gates"`
 	// Prechecks configures the checks before the first wave.
 	Prechecks Prechecks `json:"prechecks"`
+	// MaintenanceWindows are when a wave may start; empty is always. A
+	// namespace's meshwave.io/maintenance-window narrows them.
+	MaintenanceWindows []MaintenanceWindow `json:"maintenanceWindows"`
 }
 
 // Prechecks configures the checks before a namespace's first wave.
@@ -91,6 +94,14 @@ type Prechecks struct {
 	// Strict turns the compatibility warnings (EnvoyFilters, Telemetries,
 	// Sail's grace period) into a block.
 	Strict bool `json:"strict"`
+}
+
+// MaintenanceWindow opens at each time of a five-field cron schedule, read
+// in an IANA time zone (default UTC), for a duration.
+type MaintenanceWindow struct {
+	Schedule string   `json:"schedule"`
+	Duration Duration `json:"duration"`
+	TimeZone string   `json:"timeZone"`
 }
 
 // LeaderElection configures the leader lease.
@@ -425,14 +436,36 @@ func (c Config) Validate() error {
 				"ordered leaseDuration > renewDeadline > retryPeriod > 0")
 		}
 	}
+	for i, w := range c.MaintenanceWindows {
+		if _, err := canary.NewWindow(w.Schedule, w.Duration.D(), w.TimeZone); err != nil {
+			var we *canary.WindowError
+			if errors.As(err, &we) {
+				errs = append(errs, fmt.Errorf("config key maintenanceWindows[%d].%s: %s is not %s", i, we.Field, strconv.Quote(we.Value), we.Expected))
+				continue
+			}
+			errs = append(errs, fmt.Errorf("config key maintenanceWindows[%d]: %w", i, err))
+		}
+	}
 	errs = append(errs, c.Gates.validate()...)
 	return errors.Join(errs...)
+}
+
+// Windows returns the maintenance windows, validated by Validate.
+func (c Config) Windows() canary.Windows {
+	var out canary.Windows
+	for _, w := range c.MaintenanceWindows {
+		if win, err := canary.NewWindow(w.Schedule, w.Duration.D(), w.TimeZone); err == nil {
+			out = append(out, win)
+		}
+	}
+	return out
 }
 
 // Decisions returns the part of the configuration the phase machine uses.
 func (c Config) Decisions() canary.Config {
 	policy, _ := canary.ParseFailurePolicy(c.FailurePolicy)
 	return canary.Config{
+		MaintenanceWindows: c.Windows(),
 		Sizes:              canary.WaveSizes{CanarySize: c.CanarySize, BatchSize: c.BatchSize},
 		Concurrency:        c.Concurrency,
 		ReadinessTimeout:   c.ReadinessTimeout.D(),

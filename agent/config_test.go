@@ -83,3 +83,43 @@ func TestParseConfigReadsPrometheusClientConfigAsPrometheusDoes(t *testing.T) {
 func TestTheDefaultConfigIsValid(t *testing.T) {
 	require.NoError(t, DefaultConfig().Validate())
 }
+
+func TestParseConfigReadsMaintenanceWindows(t *testing.T) {
+	cfg, err := ParseConfig([]byte("maintenanceWindows:\n- {schedule: '0 22 * * 1-5', duration: 4h, timeZone: Europe/Berlin}\n- {schedule: '0 8 * * 6', duration: 12h}\n"))
+	require.NoError(t, err)
+	require.Len(t, cfg.MaintenanceWindows, 2)
+	assert.Equal(t, MaintenanceWindow{Schedule: "0 22 * * 1-5", Duration: Duration(4 * time.Hour), TimeZone: "Europe/Berlin"}, cfg.MaintenanceWindows[0])
+	ws := cfg.Decisions().MaintenanceWindows
+	require.Len(t, ws, 2)
+	assert.Equal(t, `"0 22 * * 1-5" for 4h0m0s in Europe/Berlin`, ws[0].String())
+	assert.Equal(t, `"0 8 * * 6" for 12h0m0s in UTC`, ws[1].String(), "no time zone is UTC")
+
+	cfg, err = ParseConfig(nil)
+	require.NoError(t, err)
+	assert.Empty(t, cfg.Decisions().MaintenanceWindows, "none by default: always open")
+}
+
+func TestParseConfigRejectsBadMaintenanceWindows(t *testing.T) {
+	for _, tt := range []struct{ name, yaml, err string }{
+		{"six fields", "maintenanceWindows: [{schedule: '0 0 22 * * *', duration: 1h}]\n",
+			`config key maintenanceWindows[0].schedule: "0 0 22 * * *" is not a cron expression of five fields (minute hour day-of-month month day-of-week), e.g. "0 2 * * 6"; the time zone goes in timeZone`},
+		{"an hour out of range", "maintenanceWindows: [{schedule: '0 24 * * *', duration: 1h}]\n",
+			`config key maintenanceWindows[0].schedule: "0 24 * * *" is not a cron expression of five fields: `},
+		{"a window that never opens", "maintenanceWindows: [{schedule: '0 0 31 4 *', duration: 1h}]\n",
+			`config key maintenanceWindows[0].schedule: "0 0 31 4 *" is not a cron expression that ever opens`},
+		{"no duration", "maintenanceWindows: [{schedule: '0 2 * * *'}]\n",
+			`config key maintenanceWindows[0].duration: "0s" is not a duration from 1m to 744h (31 days), e.g. "2h"`},
+		{"a duration that is not one", "maintenanceWindows: [{schedule: '0 2 * * *', duration: 2 hours}]\n",
+			`config key maintenanceWindows[0].duration: "2 hours" is not a Go duration such as "90s" or "5m"`},
+		{"an unknown time zone", "maintenanceWindows: [{schedule: '0 2 * * *', duration: 1h}, {schedule: '0 2 * * *', duration: 1h, timeZone: Europe/Berlln}]\n",
+			`config key maintenanceWindows[1].timeZone: "Europe/Berlln" is not an IANA time zone such as "Europe/Berlin" or "UTC"`},
+		{"a key in another case", "maintenanceWindows: [{schedule: '0 2 * * *', duration: 1h, timezone: UTC}]\n",
+			"config key maintenanceWindows[0].timezone: unknown key (keys match exactly, case included)"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseConfig([]byte(tt.yaml))
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tt.err)
+		})
+	}
+}

@@ -131,6 +131,7 @@ func New(opts Options) (*Controller, error) {
 	if opts.Registerer != nil {
 		c.metrics = NewMetrics(opts.Registerer, c.caches, c.clock)
 		c.metrics.state.progress = &c.progress
+		c.metrics.state.windows = c.decisions.MaintenanceWindows
 		opts.Registerer.MustRegister(NewHoldersCollector(c.caches, opts.Config.RootNamespace, c.decisions.Sizes))
 	}
 	c.tracer = NewTracer(opts.TracerProvider)

@@ -18,6 +18,8 @@
 //	meshwave_namespace_paused_seconds{namespace}        time spent paused, the current pause included
 //	meshwave_namespace_wave_age_seconds{namespace}      time since the wave in progress started
 //	meshwave_namespace_blocked{namespace,kind}          1 when Blocked: invalid_input or precheck
+//	meshwave_namespace_window_open{namespace}           1 while its maintenance windows are open (always without windows)
+//	meshwave_namespace_next_window_timestamp_seconds{namespace}  when the window its next wave waits for opens (only while one waits)
 //	meshwave_analysis_value{namespace,check}            a check's last value, for the worst workload
 //	meshwave_analysis_threshold{namespace,check}        the threshold it is held against
 //	meshwave_analysis_baseline{namespace,check}         the value before the wave's restart

@@ -176,6 +176,10 @@ var (
 		"The threshold the check's value is held against.", []string{"namespace", "check"}, nil)
 	baselineDesc = prometheus.NewDesc("meshwave_analysis_baseline",
 		"The check's value before the wave's restart, for the same workload.", []string{"namespace", "check"}, nil)
+	windowOpenDesc = prometheus.NewDesc("meshwave_namespace_window_open",
+		"1 while the namespace's maintenance windows (the configured ones, narrowed by meshwave.io/maintenance-window) are open; always 1 without windows.", []string{"namespace"}, nil)
+	nextWindowDesc = prometheus.NewDesc("meshwave_namespace_next_window_timestamp_seconds",
+		"When the maintenance window the namespace's next wave waits for opens, in Unix seconds; only while one waits.", []string{"namespace"}, nil)
 	resultDesc = prometheus.NewDesc("meshwave_analysis_result",
 		"The check's last result: one series per result, 1 for the current one.", []string{"namespace", "check", "result"}, nil)
 )
@@ -186,10 +190,12 @@ type stateCollector struct {
 	clock  clock.PassiveClock
 	// progress, when set, is the controller's unwritten wave progress.
 	progress *progressMemory
+	// windows are the configured maintenance windows.
+	windows canary.Windows
 }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{phaseDesc, infoDesc, waveDesc, wavesDesc, workloadsDesc, pausedDesc, waveAgeDesc, blockedDesc, valueDesc, thresholdDesc, baselineDesc, resultDesc} {
+	for _, d := range []*prometheus.Desc{phaseDesc, infoDesc, waveDesc, wavesDesc, workloadsDesc, pausedDesc, waveAgeDesc, blockedDesc, windowOpenDesc, nextWindowDesc, valueDesc, thresholdDesc, baselineDesc, resultDesc} {
 		ch <- d
 	}
 }
@@ -224,6 +230,10 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		for _, m := range namespaceMetrics(ns.Name, st, now) {
 			ch <- m
 		}
+		// An invalid annotation blocks the namespace; the configured
+		// windows alone are reported for it.
+		settings, _ := canary.ParseNamespace(ns.Name, ns.Annotations)
+		ch <- prometheus.MustNewConstMetric(windowOpenDesc, prometheus.GaugeValue, b2f(canary.WindowsOpen(now, c.windows, settings.Windows)), ns.Name)
 	}
 }
 
@@ -260,6 +270,9 @@ func namespaceMetrics(n string, st *canary.Status, now time.Time) []prometheus.M
 		age = now.Sub(*st.WaveStartedAt).Seconds()
 	}
 	gauge(waveAgeDesc, age, n)
+	if st.NextWindow != nil {
+		gauge(nextWindowDesc, float64(st.NextWindow.Unix()), n)
+	}
 	blocked := st.Phase == canary.PhaseBlocked
 	gauge(blockedDesc, b2f(blocked && st.BlockedKind == canary.BlockedInvalidInput), n, "invalid_input")
 	gauge(blockedDesc, b2f(blocked && st.BlockedKind == canary.BlockedPrecheck), n, "precheck")

@@ -178,3 +178,33 @@ func TestTheReplicaSetCacheKeepsOnlyTheTemplatesRestartStamp(t *testing.T) {
 	assert.Equal(t, corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{canary.AnnotationRestartedAt: "2026-11-29T12:00:00Z"}}},
 		out.(*appsv1.ReplicaSet).Spec.Template)
 }
+
+func TestTheMaintenanceWindowMetricsSayWhetherItIsOpenAndWhenTheNextOpens(t *testing.T) {
+	// The configured window is open 11:00-13:00Z; the scrape is at 12:00Z.
+	configured, err := canary.NewWindow("0 11 * * *", 2*time.Hour, "UTC")
+	require.NoError(t, err)
+	next := scrapeTime.Add(23 * time.Hour)
+	started := scrapeTime.Add(-time.Hour)
+	waiting := namespaceWith(t, "waiting", "1-26", canary.Status{Phase: canary.PhaseMigrating, Target: "1-26", TargetRevision: "1-26", SourceRevision: "1-25",
+		Wave: 1, TotalWaves: 2, WaveState: canary.WavePassed, StartedAt: &started, WaveStartedAt: &started, NextWindow: &next})
+	// This one narrows it to 11:00-12:00Z (noon in Berlin): closed at 12:00Z.
+	waiting.Annotations[canary.AnnotationMaintenanceWindow] = `{"schedule":"0 12 * * *","duration":"1h","timeZone":"Europe/Berlin"}`
+	open := namespaceWith(t, "open", "1-26", canary.Status{Phase: canary.PhasePending, Target: "1-26"})
+
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	require.NoError(t, idx.Add(waiting))
+	require.NoError(t, idx.Add(open))
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(&stateCollector{caches: &Caches{Namespaces: corelisters.NewNamespaceLister(idx)}, clock: clocktesting.NewFakePassiveClock(scrapeTime),
+		windows: canary.Windows{configured}})
+	want := `
+# HELP meshwave_namespace_next_window_timestamp_seconds When the maintenance window the namespace's next wave waits for opens, in Unix seconds; only while one waits.
+# TYPE meshwave_namespace_next_window_timestamp_seconds gauge
+meshwave_namespace_next_window_timestamp_seconds{namespace="waiting"} 1.7960364e+09
+# HELP meshwave_namespace_window_open 1 while the namespace's maintenance windows (the configured ones, narrowed by meshwave.io/maintenance-window) are open; always 1 without windows.
+# TYPE meshwave_namespace_window_open gauge
+meshwave_namespace_window_open{namespace="open"} 1
+meshwave_namespace_window_open{namespace="waiting"} 0
+`
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "meshwave_namespace_window_open", "meshwave_namespace_next_window_timestamp_seconds"))
+}

@@ -25,6 +25,8 @@ const (
 	// Namespace: "true" allows a target whose proxy is older than the
 	// source's.
 	AnnotationAllowDowngrade = "meshwave.io/allow-downgrade"
+	// Namespace: maintenance windows that narrow the configured ones.
+	AnnotationMaintenanceWindow = "meshwave.io/maintenance-window"
 	// Deployment: lower values go first; default 100.
 	AnnotationWave = "meshwave.io/wave"
 	// Deployment: "true" is never touched.
@@ -95,6 +97,9 @@ type NamespaceSettings struct {
 	FailurePolicy FailurePolicy // "" when the namespace does not override it
 	// AllowDowngrade opts in to a target whose proxy is older.
 	AllowDowngrade bool
+	// Windows narrow the configured maintenance windows: a wave starts
+	// only when both are open. Nil when the namespace sets none.
+	Windows Windows
 }
 
 // RollbackScope is what a manual rollback returns to the source.
@@ -180,6 +185,13 @@ func ParseNamespace(name string, annotations map[string]string) (NamespaceSettin
 		default:
 			bad(AnnotationAllowDowngrade, v, `"true" or "false"`)
 		}
+	}
+	if v, ok := annotations[AnnotationMaintenanceWindow]; ok {
+		ws, expected := parseWindowAnnotation(v)
+		if expected != "" {
+			bad(AnnotationMaintenanceWindow, v, expected)
+		}
+		s.Windows = ws
 	}
 	return s, errs
 }

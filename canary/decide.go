@@ -45,6 +45,8 @@ type Config struct {
 	BakeTime     time.Duration
 	// StrictPrechecks turns the compatibility warnings into a block.
 	StrictPrechecks bool
+	// MaintenanceWindows are when a new wave may start; empty is always.
+	MaintenanceWindows Windows
 }
 
 // DefaultConfig is the one set of defaults: the agent's configuration
@@ -215,10 +217,13 @@ func (d *decider) run() {
 		_, werrs := ParseWorkload(w.Namespace, w.Name, w.Annotations)
 		errs = append(errs, werrs...)
 	}
+	errs = append(errs, d.windowsMeet()...)
 	d.st = prev.DeepCopy()
 	if d.st == nil || d.st.Target != settings.Target || d.st.Phase == PhaseStopped {
 		d.st = d.freshStatus(prev, settings.Target)
 	}
+	// Set again below while a wave waits for its window.
+	d.st.NextWindow = nil
 	rev, resolved := d.snap.Mesh.Resolve(settings.Target)
 	if len(errs) == 0 && !resolved {
 		errs = append(errs, unresolvedTarget(d.ns, settings.Target))
@@ -439,6 +444,9 @@ func (d *decider) pending() {
 		return
 	}
 	if d.continueOnRecord() {
+		return
+	}
+	if d.waitForWindow(fmt.Sprintf("the first wave of %d", len(plan.Waves))) {
 		return
 	}
 	st.Phase, st.Reason = PhaseMigrating, ""
@@ -1116,11 +1124,61 @@ func (d *decider) betweenWaves() {
 		d.pause(fmt.Sprintf("wave %d not started: %s", st.Wave+1, why))
 		return
 	}
+	if d.plan().Remaining() > 0 && d.waitForWindow(fmt.Sprintf("wave %d", st.Wave+1)) {
+		return
+	}
 	// The previous wave is done: its failures stay counted, and the plan
 	// no longer needs to leave its members out.
 	st.PastFailed += d.countMembers(StateFailed)
 	st.Workloads = nil
 	d.startWave(d.plan())
+}
+
+// waitForWindow reports whether the next wave must wait for a maintenance
+// window, and if so says until when: in the reason, in nextWindow, and as
+// the requeue, so that the namespace is looked at again when it opens
+// rather than polled. Only the start of a wave waits: a wave in flight
+// finishes its gates, and a rollback runs whenever it is needed.
+func (d *decider) waitForWindow(what string) bool {
+	opening, ok := NextOpening(d.now, d.cfg.MaintenanceWindows, d.settings.Windows)
+	if ok && !opening.After(d.now) {
+		return false
+	}
+	st := d.st
+	if !ok {
+		// Only the configuration can get here: a namespace's windows that
+		// never meet it are invalid input (windowsMeet).
+		st.Reason = fmt.Sprintf("%s waits: no maintenance window opens within a year", what)
+		d.requeue(time.Hour)
+		return true
+	}
+	opening = opening.UTC()
+	st.Reason = fmt.Sprintf("%s is waiting for the maintenance window opening at %s", what, opening.Format(time.RFC3339))
+	st.NextWindow = &opening
+	if prev := d.in.Status; prev == nil || prev.Reason != st.Reason {
+		d.event("", EventNormal, "WaitingForWindow", st.Reason)
+	}
+	d.requeue(opening.Sub(d.now))
+	return true
+}
+
+// windowsMeet checks that the namespace's maintenance windows meet the
+// configured ones within a year: windows that narrow them to nothing
+// would hold the namespace forever without saying why.
+func (d *decider) windowsMeet() []InputError {
+	ns := d.settings.Windows
+	if len(ns) == 0 {
+		return nil
+	}
+	if _, ok := NextOpening(d.now, d.cfg.MaintenanceWindows, ns); ok {
+		return nil
+	}
+	expected := "windows that open within a year"
+	if len(d.cfg.MaintenanceWindows) > 0 {
+		expected = "windows that meet the agent's maintenanceWindows within a year (a namespace narrows them, never widens them)"
+	}
+	return []InputError{{Key: AnnotationMaintenanceWindow, Kind: "namespace", Namespace: d.ns, Name: d.ns,
+		Value: d.snap.Namespace.Annotations[AnnotationMaintenanceWindow], Expected: expected}}
 }
 
 // noControlPlane says why nothing may move onto the target now, or "": a

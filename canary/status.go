@@ -213,6 +213,10 @@ type Status struct {
 	// the wave's start, or the moment a pause was lifted.
 	GatesSince *time.Time `json:"gatesSince,omitempty"`
 	NextWaveAt *time.Time `json:"nextWaveAt,omitempty"`
+	// NextWindow is when the maintenance window the next wave waits for
+	// opens; set only while one waits (the first wave while Pending, a
+	// later one while Migrating between waves).
+	NextWindow *time.Time `json:"nextWindow,omitempty"`
 	// RetriedAt is when the migration was resumed after a rollback (its
 	// target removed and set again): the rollbacks on record from before
 	// it are history, and their workloads are planned again.
@@ -382,6 +386,15 @@ func (s *Status) Validate() error {
 	}
 	if (s.WaveState == WaveVerifying || s.WaveState == WaveRollingBack) && s.GatesSince == nil {
 		bad("gatesSince", "null", "set while a wave is verified or rolled back")
+	}
+	if s.NextWindow != nil {
+		waiting := (s.Phase == PhasePending && s.Wave == 0) || (s.Phase == PhaseMigrating && s.WaveState == WavePassed)
+		if !waiting {
+			bad("nextWindow", s.NextWindow.UTC().Format(time.RFC3339), fmt.Sprintf("set while %s at wave %d (only a wave that waits for its window: Pending before the first, Migrating after one Passed)", s.Phase, s.Wave))
+		}
+		if s.WaveStartedAt != nil && !s.NextWindow.After(*s.WaveStartedAt) {
+			bad("nextWindow", s.NextWindow.UTC().Format(time.RFC3339), "a time after waveStartedAt")
+		}
 	}
 	switch s.Phase {
 	case PhaseMigrating, PhaseAnalyzing:

@@ -20,6 +20,8 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+	// The image has no zoneinfo: maintenance windows name IANA zones.
+	_ "time/tzdata"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"

@@ -269,10 +269,11 @@ func firingAlerts(t *testing.T, p *prom.Server) []string {
 
 // TestTheDashboardAndAlertsOnALiveAgent runs the agent's binary as the
 // chart runs it, two replicas scraped by the world's Prometheus, through
-// five namespaces, each its own outcome: one completes, one is rolled back
+// six namespaces, each its own outcome: one completes, one is rolled back
 // for a bad revision, one pauses on a failed check (failure policy Pause),
 // one is stuck in a wave whose pods never become ready, one is blocked by
-// an invalid annotation. Then every query of the chart's dashboard returns
+// an invalid annotation, one waits for a maintenance window that opens
+// hours later. Then every query of the chart's dashboard returns
 // data and shows what happened, and the chart's alerts, loaded into the
 // same Prometheus with short "for" durations, fire for what the agent
 // did; last, the lease is taken from the agent (MeshwaveNotLeading) and
@@ -281,8 +282,11 @@ func TestTheDashboardAndAlertsOnALiveAgent(t *testing.T) {
 	f := fixture.New(t, world.Options{})
 	p := f.World.Prometheus
 	const (
-		done, bad, paused, stuck, blocked = "dash-done", "dash-bad", "dash-paused", "dash-stuck", "dash-blocked"
+		done, bad, paused, stuck, blocked, later = "dash-done", "dash-bad", "dash-paused", "dash-stuck", "dash-blocked", "dash-later"
 	)
+	// A daily window that opens twelve hours from now.
+	opens := time.Now().UTC().Add(12 * time.Hour)
+	window := fmt.Sprintf(`{"schedule":"%d %d * * *","duration":"1h","timeZone":"UTC"}`, opens.Minute(), opens.Hour())
 	rev := map[string]string{mesh.LabelRev: "1-25"}
 	one := fixture.Replicas(1)
 	f.Given().
@@ -293,8 +297,9 @@ func TestTheDashboardAndAlertsOnALiveAgent(t *testing.T) {
 		Namespace(stuck, rev, nil).
 		Deployment(stuck, "slow", one, fixture.Annotations(map[string]string{canary.AnnotationWave: "0", canary.AnnotationReadinessTimeout: "1h"})).
 		Deployment(stuck, "later", one, waveAnnotation("1")).
-		Namespace(blocked, rev, nil).Deployment(blocked, "api", one, waveAnnotation("abc"))
-	for _, ns := range []string{done, bad, paused, stuck, blocked} {
+		Namespace(blocked, rev, nil).Deployment(blocked, "api", one, waveAnnotation("abc")).
+		Namespace(later, rev, map[string]string{canary.AnnotationMaintenanceWindow: window}).Deployment(later, "web", one)
+	for _, ns := range []string{done, bad, paused, stuck, blocked, later} {
 		f.WaitForNamespaceRolledOut(ns)
 	}
 	traffic := f.World.Mesh.Traffic()
@@ -340,7 +345,7 @@ func TestTheDashboardAndAlertsOnALiveAgent(t *testing.T) {
 	require.NoError(t, p.WaitForQuery(f.Ctx, `up{job="meshwave"} == 1`, 2, time.Minute))
 	require.NoError(t, p.WaitForQuery(f.Ctx, `meshwave_leader == 1`, 1, time.Minute))
 
-	for _, ns := range []string{done, bad, paused, stuck, blocked} {
+	for _, ns := range []string{done, bad, paused, stuck, blocked, later} {
 		optIn(f, ns, "1-26", 10)
 	}
 	waitForPhase(f, done, canary.PhaseCompleted, 3*time.Minute)
@@ -350,12 +355,17 @@ func TestTheDashboardAndAlertsOnALiveAgent(t *testing.T) {
 	require.Regexp(t, `^wave 1 failed: error-rate fail: cart: .*; paused by failure policy Pause$`, st.Reason)
 	st = waitForPhase(f, blocked, canary.PhaseBlocked, time.Minute)
 	require.Equal(t, canary.BlockedInvalidInput, st.BlockedKind)
+	st = waitForPhase(f, later, canary.PhasePending, time.Minute)
+	f.EventuallyWithin("namespace "+later+" to wait for its window", time.Minute, func() (bool, string) {
+		st = status(f, later)
+		return st.NextWindow != nil, st.Reason
+	})
 	st = status(f, stuck)
 	require.Equal(t, canary.PhaseMigrating, st.Phase, "the wave of %s waits for pods that never become ready: %s", stuck, st.Reason)
 	require.Equal(t, 1, st.Wave)
 	// Prometheus has scraped each namespace's last state from both replicas.
 	for ns, phase := range map[string]canary.Phase{done: canary.PhaseCompleted, bad: canary.PhaseRolledBack, paused: canary.PhasePaused,
-		stuck: canary.PhaseMigrating, blocked: canary.PhaseBlocked} {
+		stuck: canary.PhaseMigrating, blocked: canary.PhaseBlocked, later: canary.PhasePending} {
 		require.NoError(t, p.WaitForQuery(f.Ctx, fmt.Sprintf(`meshwave_namespace_phase{namespace=%q,phase=%q} == 1`, ns, phase), 2, time.Minute))
 	}
 
@@ -364,7 +374,7 @@ func TestTheDashboardAndAlertsOnALiveAgent(t *testing.T) {
 		// The namespace variable lists the namespaces that opted in.
 		names, _, _, err := p.API.LabelValues(f.Ctx, "namespace", []string{"meshwave_namespace_info"}, begin, end)
 		require.NoError(t, err)
-		assert.Equal(t, model.LabelValues{bad, blocked, done, paused, stuck}, names)
+		assert.Equal(t, model.LabelValues{bad, blocked, done, later, paused, stuck}, names)
 		// As Grafana sends them for "All" namespaces over the time since
 		// the agents started, from a data source whose scrape interval is
 		// the world's 1 s: $__interval is 1 s (the range over a panel's
@@ -451,8 +461,14 @@ func TestTheDashboardAndAlertsOnALiveAgent(t *testing.T) {
 		}
 		raw, err := p.Query(f.Ctx, `meshwave_namespace_phase == 1`)
 		require.NoError(t, err)
-		assert.Equal(t, map[string]string{done: "Completed", bad: "RolledBack", paused: "Paused", stuck: "Migrating", blocked: "Blocked"}, phases,
+		assert.Equal(t, map[string]string{done: "Completed", bad: "RolledBack", paused: "Paused", stuck: "Migrating", blocked: "Blocked", later: "Pending"}, phases,
 			"every replica's phases: %v", raw)
+		open := map[string]float64{}
+		for _, s := range now("Maintenance windows", ".*") {
+			open[string(s.Metric["namespace"])] = float64(s.Value)
+		}
+		assert.Equal(t, map[string]float64{done: 1, bad: 1, paused: 1, stuck: 1, blocked: 1, later: 0}, open,
+			"closed only for the namespace whose window opens hours later; open without windows")
 		// The phase panel, for the paused namespace alone, shows Paused.
 		vec := now("Phase of each namespace", paused)
 		require.Len(t, vec, 1)
@@ -464,8 +480,13 @@ func TestTheDashboardAndAlertsOnALiveAgent(t *testing.T) {
 		assert.Equal(t, model.LabelValue(paused), table[0].Metric["namespace"])
 		assert.Greater(t, float64(table[0].Value), 0.0, "seconds paused")
 
+		table = now("Waiting for a maintenance window", ".*")
+		require.Len(t, table, 1, "one row per namespace waiting for its window")
+		assert.Equal(t, model.LabelValue(later), table[0].Metric["namespace"])
+		assert.InDelta(t, float64(opens.Truncate(time.Minute).UnixMilli()), float64(table[0].Value), 60_000, "when it opens, in milliseconds for Grafana")
+
 		want := map[string]float64{}
-		for _, ns := range []string{done, bad, paused, stuck, blocked} {
+		for _, ns := range []string{done, bad, paused, stuck, blocked, later} {
 			c := status(f, ns).Counts
 			for state, v := range map[string]int{"pending": c.Pending, "moving": c.Moving, "moved": c.Moved, "failed": c.Failed, "skipped": c.Skipped, "rolled_back": c.RolledBack} {
 				want[state] += float64(v)

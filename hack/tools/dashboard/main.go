@@ -100,6 +100,20 @@ func build() (dashboard.Dashboard, error) {
 			Description("How long each paused namespace has spent paused, in seconds.").
 			Datasource(datasource).Height(6).Span(24).Unit("s").
 			WithTarget(query(`max by (namespace) `+leading(`meshwave_namespace_paused_seconds{`+ns+`} and on (instance, namespace) (meshwave_namespace_phase{phase="Paused"} == 1)`), "{{namespace}}").
+				Instant().Format(prometheus.PromQueryFormatTable))).
+		WithPanel(statetimeline.NewPanelBuilder().Title("Maintenance windows").
+			Description("Whether each namespace's maintenance windows are open: the configured maintenanceWindows, narrowed by meshwave.io/maintenance-window. " +
+				"No new wave starts while closed; a wave in flight finishes and a rollback runs. Always open without windows.").
+			Datasource(datasource).Height(6).Span(12).
+			Mappings([]dashboard.ValueMapping{{ValueMap: &dashboard.ValueMap{Type: dashboard.MappingTypeValueToText, Options: map[string]dashboard.ValueMappingResult{
+				"0": {Text: cog.ToPtr("closed"), Color: cog.ToPtr("orange")},
+				"1": {Text: cog.ToPtr("open"), Color: cog.ToPtr("green")},
+			}}}}).
+			WithTarget(query(`max by (namespace) `+leading(`meshwave_namespace_window_open{`+ns+`}`), "{{namespace}}"))).
+		WithPanel(table.NewPanelBuilder().Title("Waiting for a maintenance window").
+			Description("Namespaces whose next wave (or first) waits for a maintenance window, and when it opens.").
+			Datasource(datasource).Height(6).Span(12).Unit("dateTimeAsIso").
+			WithTarget(query(`max by (namespace) `+leading(`meshwave_namespace_next_window_timestamp_seconds{`+ns+`}`)+` * 1000`, "{{namespace}}").
 				Instant().Format(prometheus.PromQueryFormatTable)))
 
 	b = b.WithRow(dashboard.NewRowBuilder("Revisions")).

@@ -1,0 +1,246 @@
+package canary
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	cron "github.com/netresearch/go-cron"
+	sigsjson "sigs.k8s.io/json"
+)
+
+// Window is a maintenance window: it opens at each time Schedule, a
+// five-field cron expression, names in TimeZone, and stays open for
+// Duration. Duration is elapsed time: a 3h window that opens at 01:00 on
+// the night the clocks go back closes at 03:00 by the new clock, 02:00.
+type Window struct {
+	Schedule string
+	Duration time.Duration
+	TimeZone string
+	spec     *cron.SpecSchedule
+}
+
+// Bounds of a window. A cron expression opens at most once a minute, so a
+// shorter window could close before the decider saw it open; a window of
+// more than 31 days opens again before it closes whatever its schedule.
+const (
+	MinWindowDuration = time.Minute
+	MaxWindowDuration = 31 * 24 * time.Hour
+	// maxWindows bounds how many windows a namespace annotation may list.
+	maxWindows = 20
+	// windowHorizon is how far ahead the next opening is looked for.
+	windowHorizon = 366 * 24 * time.Hour
+)
+
+// cronParser reads the standard five fields. A day of the month and a day
+// of the week both restricted match either, as cron(8) and Kubernetes
+// CronJobs read them (the library's own default is both).
+var cronParser = cron.MustNewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.DowOrDom)
+
+// WindowError names the field of a window that is wrong, its value and
+// what was expected.
+type WindowError struct {
+	Field    string
+	Value    string
+	Expected string
+}
+
+func (e *WindowError) Error() string {
+	return fmt.Sprintf("%s %s is not %s", e.Field, quoteShort(e.Value), e.Expected)
+}
+
+// NewWindow validates a window. The time zone is an IANA name such as
+// "Europe/Berlin"; "" is UTC, and "Local" (the agent's own machine) is
+// refused: a window must mean the same whichever replica leads.
+func NewWindow(schedule string, duration time.Duration, timeZone string) (Window, error) {
+	w := Window{Schedule: schedule, Duration: duration, TimeZone: timeZone}
+	fields := strings.Fields(schedule)
+	if len(fields) != 5 || strings.Contains(schedule, "=") || strings.HasPrefix(schedule, "@") {
+		return w, &WindowError{"schedule", schedule, `a cron expression of five fields (minute hour day-of-month month day-of-week), e.g. "0 2 * * 6"; the time zone goes in timeZone`}
+	}
+	parsed, err := cronParser.Parse(schedule)
+	if err != nil {
+		return w, &WindowError{"schedule", schedule, "a cron expression of five fields: " + err.Error()}
+	}
+	spec, ok := parsed.(*cron.SpecSchedule)
+	if !ok {
+		return w, &WindowError{"schedule", schedule, "a cron expression of five fields"}
+	}
+	if duration < MinWindowDuration || duration > MaxWindowDuration {
+		return w, &WindowError{"duration", duration.String(), `a duration from 1m to 744h (31 days), e.g. "2h"`}
+	}
+	if timeZone == "Local" {
+		return w, &WindowError{"timeZone", timeZone, `an IANA time zone such as "Europe/Berlin" or "UTC" ("Local" depends on the agent's machine)`}
+	}
+	loc, err := loadLocation(timeZone)
+	if err != nil {
+		return w, &WindowError{"timeZone", timeZone, `an IANA time zone such as "Europe/Berlin" or "UTC"`}
+	}
+	s := *spec
+	s.Location = loc
+	// Never: February 30th. Checked from a fixed leap year, so that the
+	// answer does not depend on when it is asked.
+	if s.Next(time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)).IsZero() {
+		return w, &WindowError{"schedule", schedule, "a cron expression that ever opens"}
+	}
+	w.spec = &s
+	return w, nil
+}
+
+// locations caches time.LoadLocation, which reads the zone database on
+// every call: every reconcile reads the windows of each opted-in
+// namespace (its peers' included).
+var locations sync.Map
+
+func loadLocation(name string) (*time.Location, error) {
+	if loc, ok := locations.Load(name); ok {
+		return loc.(*time.Location), nil
+	}
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		return nil, err
+	}
+	locations.Store(name, loc)
+	return loc, nil
+}
+
+// String renders the window as a person wrote it.
+func (w Window) String() string {
+	tz := w.TimeZone
+	if tz == "" {
+		tz = "UTC"
+	}
+	return fmt.Sprintf("%q for %s in %s", w.Schedule, w.Duration, tz)
+}
+
+// next is the window's first opening strictly after t.
+func (w Window) next(t time.Time) time.Time {
+	return w.spec.Next(t)
+}
+
+// openAt reports whether t falls in one of the window's openings: one
+// that started in (t-Duration, t]. Openings are half-open intervals
+// [start, start+Duration): a window is open at the second it opens and
+// closed at the second it closes.
+func (w Window) openAt(t time.Time) bool {
+	s := w.next(t.Add(-w.Duration))
+	return !s.IsZero() && !s.After(t)
+}
+
+// Windows is a list of windows: open whenever one of them is. An empty
+// list is always open.
+type Windows []Window
+
+// openAt reports whether any window is open at t; an empty list always is.
+func (ws Windows) openAt(t time.Time) bool {
+	if len(ws) == 0 {
+		return true
+	}
+	for _, w := range ws {
+		if w.openAt(t) {
+			return true
+		}
+	}
+	return false
+}
+
+// nextOpening is the first instant at or after t when a window is open:
+// t itself when one is; the zero time when none opens again.
+func (ws Windows) nextOpening(t time.Time) time.Time {
+	if ws.openAt(t) {
+		return t
+	}
+	var first time.Time
+	for _, w := range ws {
+		// Openings are whole seconds: the one at t itself, if any, was
+		// found open above.
+		if n := w.next(t); !n.IsZero() && (first.IsZero() || n.Before(first)) {
+			first = n
+		}
+	}
+	return first
+}
+
+// NextOpening is the first instant at or after t when every non-empty list
+// is open (their intersection: a namespace's windows narrow the
+// configured ones); t itself when they all are. ok is false when none
+// opens within a year.
+func NextOpening(t time.Time, lists ...Windows) (time.Time, bool) {
+	limit := t.Add(windowHorizon)
+	// Each step moves to the next opening of a list that is closed; it
+	// ends when all are open. Two lists that never meet (Saturdays and
+	// Mondays) step until the horizon; the step bound keeps that cheap:
+	// an hourly window against another hourly one an hour apart takes
+	// about 17,600 steps to cover the year.
+	for range 50_000 {
+		moved := false
+		for _, ws := range lists {
+			n := ws.nextOpening(t)
+			if n.IsZero() || n.After(limit) {
+				return time.Time{}, false
+			}
+			if n.After(t) {
+				t, moved = n, true
+			}
+		}
+		if !moved {
+			return t, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// WindowsOpen reports whether every non-empty list is open at t.
+func WindowsOpen(t time.Time, lists ...Windows) bool {
+	for _, ws := range lists {
+		if !ws.openAt(t) {
+			return false
+		}
+	}
+	return true
+}
+
+// WindowSpec is a window as a person writes it, in the configuration file
+// or in the namespace annotation meshwave.io/maintenance-window.
+type WindowSpec struct {
+	Schedule string `json:"schedule"`
+	Duration string `json:"duration"`
+	TimeZone string `json:"timeZone,omitempty"`
+}
+
+// parseWindowAnnotation reads meshwave.io/maintenance-window: a JSON
+// window or list of windows, keys as written. It returns what was
+// expected when the value cannot be used.
+func parseWindowAnnotation(v string) (Windows, string) {
+	const shape = `a JSON list of windows, each {"schedule": "<five-field cron>", "duration": "<Go duration>", "timeZone": "<IANA zone>"}`
+	raw := strings.TrimSpace(v)
+	if strings.HasPrefix(raw, "{") {
+		raw = "[" + raw + "]"
+	}
+	var specs []WindowSpec
+	strict, err := sigsjson.UnmarshalStrict([]byte(raw), &specs)
+	if err == nil && len(strict) > 0 {
+		err = errors.Join(strict...)
+	}
+	if err != nil {
+		return nil, shape + " (" + err.Error() + ")"
+	}
+	if len(specs) == 0 || len(specs) > maxWindows {
+		return nil, fmt.Sprintf("%s, from 1 to %d of them", shape, maxWindows)
+	}
+	out := make(Windows, 0, len(specs))
+	for i, s := range specs {
+		d, err := time.ParseDuration(s.Duration)
+		if err != nil {
+			return nil, fmt.Sprintf("%s (window %d: duration %q is not a Go duration such as \"2h\")", shape, i, s.Duration)
+		}
+		w, err := NewWindow(s.Schedule, d, s.TimeZone)
+		if err != nil {
+			return nil, fmt.Sprintf("%s (window %d: %v)", shape, i, err)
+		}
+		out = append(out, w)
+	}
+	return out, ""
+}

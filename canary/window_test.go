@@ -1,0 +1,302 @@
+package canary
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func window(t *testing.T, schedule string, d time.Duration, tz string) Window {
+	t.Helper()
+	w, err := NewWindow(schedule, d, tz)
+	require.NoError(t, err)
+	return w
+}
+
+func at(t *testing.T, s string) time.Time {
+	t.Helper()
+	v, err := time.Parse(time.RFC3339, s)
+	require.NoError(t, err)
+	return v
+}
+
+func TestAWindowIsOpenFromTheSecondItOpensUntilTheSecondItCloses(t *testing.T) {
+	ws := Windows{window(t, "0 14 * * *", time.Hour, "UTC")}
+	for _, c := range []struct {
+		now  string
+		want string
+	}{
+		{"2026-11-29T13:59:59Z", "2026-11-29T14:00:00Z"},
+		{"2026-11-29T14:00:00Z", "2026-11-29T14:00:00Z"}, // opens exactly now: open
+		{"2026-11-29T14:59:59Z", "2026-11-29T14:59:59Z"},
+		{"2026-11-29T15:00:00Z", "2026-11-30T14:00:00Z"}, // closes exactly now: closed
+	} {
+		got, ok := NextOpening(at(t, c.now), ws)
+		require.True(t, ok)
+		assert.Equal(t, at(t, c.want), got.UTC(), "at %s", c.now)
+	}
+	half := at(t, "2026-11-29T13:59:59Z").Add(500 * time.Millisecond)
+	got, _ := NextOpening(half, ws)
+	assert.Equal(t, at(t, "2026-11-29T14:00:00Z"), got.UTC(), "a clock between seconds waits for the opening itself")
+}
+
+func TestAWindowReadsItsScheduleInItsTimeZoneAcrossDaylightSavingTime(t *testing.T) {
+	// 02:00 in Berlin is 01:00Z in winter (CET) and 00:00Z in summer (CEST).
+	ws := Windows{window(t, "0 2 * * *", time.Hour, "Europe/Berlin")}
+	winter, _ := NextOpening(at(t, "2026-01-10T12:00:00Z"), ws)
+	summer, _ := NextOpening(at(t, "2026-07-10T12:00:00Z"), ws)
+	assert.Equal(t, at(t, "2026-01-11T01:00:00Z"), winter.UTC())
+	assert.Equal(t, at(t, "2026-07-11T00:00:00Z"), summer.UTC())
+
+	// Clocks go forward at 02:00 CET on 2026-03-29: 02:30 never happens
+	// that night. The window opens an hour later by the new clock (03:30
+	// CEST, 01:30Z) rather than being lost for the day.
+	skipped := Windows{window(t, "30 2 * * *", time.Hour, "Europe/Berlin")}
+	got, _ := NextOpening(at(t, "2026-03-28T23:00:00Z"), skipped)
+	assert.Equal(t, at(t, "2026-03-29T01:30:00Z"), got.UTC())
+
+	// Clocks go back at 03:00 CEST on 2026-10-25: 02:30 happens twice,
+	// and the window opens at both, as the wall clock says: open from
+	// 02:30 CEST (00:30Z) to 03:30 CET (02:30Z).
+	twice := Windows{window(t, "30 2 * * *", time.Hour, "Europe/Berlin")}
+	got, _ = NextOpening(at(t, "2026-10-24T23:00:00Z"), twice)
+	assert.Equal(t, at(t, "2026-10-25T00:30:00Z"), got.UTC(), "02:30 CEST")
+	assert.True(t, twice.openAt(at(t, "2026-10-25T01:30:00Z")), "02:30 CET opens it again")
+	assert.True(t, twice.openAt(at(t, "2026-10-25T02:29:59Z")))
+	assert.False(t, twice.openAt(at(t, "2026-10-25T02:30:00Z")), "closed at 03:30 CET")
+}
+
+func TestANamespaceWindowNarrowsTheConfiguredOnesToTheirIntersection(t *testing.T) {
+	// Configured: every day 20:00-24:00Z. The namespace: 23:00-01:00Z.
+	cfg := Windows{window(t, "0 20 * * *", 4*time.Hour, "UTC")}
+	ns := Windows{window(t, "0 23 * * *", 2*time.Hour, "UTC")}
+	got, ok := NextOpening(at(t, "2026-11-29T12:00:00Z"), cfg, ns)
+	require.True(t, ok)
+	assert.Equal(t, at(t, "2026-11-29T23:00:00Z"), got.UTC(), "both open only from 23:00")
+	got, _ = NextOpening(at(t, "2026-11-30T00:00:00Z"), cfg, ns)
+	assert.Equal(t, at(t, "2026-11-30T23:00:00Z"), got.UTC(), "midnight is inside the namespace's window, outside the configured one: never wider")
+
+	// With no configured windows the namespace's alone decide.
+	got, _ = NextOpening(at(t, "2026-11-29T12:00:00Z"), nil, ns)
+	assert.Equal(t, at(t, "2026-11-29T23:00:00Z"), got.UTC())
+
+	// Saturdays against Mondays never meet.
+	_, ok = NextOpening(at(t, "2026-11-29T12:00:00Z"), Windows{window(t, "0 0 * * 6", 2*time.Hour, "UTC")}, Windows{window(t, "0 0 * * 1", 2*time.Hour, "UTC")})
+	assert.False(t, ok)
+}
+
+func TestNoWindowsAreAlwaysOpen(t *testing.T) {
+	got, ok := NextOpening(t0)
+	assert.True(t, ok)
+	assert.Equal(t, t0, got)
+	got, ok = NextOpening(t0, nil, nil)
+	assert.True(t, ok)
+	assert.Equal(t, t0, got)
+}
+
+func TestInvalidWindowsNameTheFieldAndWhatWasExpected(t *testing.T) {
+	for _, c := range []struct {
+		schedule string
+		d        time.Duration
+		tz       string
+		want     string
+	}{
+		{"0 2 * *", time.Hour, "", `schedule "0 2 * *" is not a cron expression of five fields`},
+		{"0 0 2 * * *", time.Hour, "", `schedule "0 0 2 * * *" is not a cron expression of five fields`},
+		{"@daily", time.Hour, "", `schedule "@daily" is not a cron expression of five fields`},
+		{"CRON_TZ=UTC 0 2 * *", time.Hour, "", `schedule "CRON_TZ=UTC 0 2 * *" is not a cron expression of five fields`},
+		{"0 25 * * *", time.Hour, "", `schedule "0 25 * * *" is not a cron expression of five fields: `},
+		{"0 0 30 2 *", time.Hour, "", `schedule "0 0 30 2 *" is not a cron expression that ever opens`},
+		{"0 2 * * *", 30 * time.Second, "", `duration "30s" is not a duration from 1m to 744h`},
+		{"0 2 * * *", 32 * 24 * time.Hour, "", `duration "768h0m0s" is not a duration from 1m to 744h`},
+		{"0 2 * * *", time.Hour, "Mars/Olympus", `timeZone "Mars/Olympus" is not an IANA time zone`},
+		{"0 2 * * *", time.Hour, "Local", `timeZone "Local" is not an IANA time zone`},
+	} {
+		_, err := NewWindow(c.schedule, c.d, c.tz)
+		require.Error(t, err, c.schedule)
+		assert.Contains(t, err.Error(), c.want)
+	}
+}
+
+func TestTheWindowAnnotationIsValidated(t *testing.T) {
+	s, errs := ParseNamespace("shop", map[string]string{AnnotationMaintenanceWindow: `{"schedule":"0 2 * * *","duration":"2h","timeZone":"Europe/Berlin"}`})
+	assert.Empty(t, errs)
+	require.Len(t, s.Windows, 1, "one window may be written without a list")
+	assert.Equal(t, `"0 2 * * *" for 2h0m0s in Europe/Berlin`, s.Windows[0].String())
+
+	for _, c := range []struct{ value, want string }{
+		{`0 2 * * *`, `meshwave.io/maintenance-window on namespace shop: "0 2 * * *" is not a JSON list of windows`},
+		{`[]`, `from 1 to 20 of them`},
+		{`[{"schedule":"0 2 * * *","duration":"2h","timezone":"UTC"}]`, `(unknown field "[0].timezone")`},
+		{`[{"schedule":"0 2 * * *","duration":"two hours"}]`, `(window 0: duration "two hours" is not a Go duration such as "2h")`},
+		{`[{"schedule":"0 2 * * *","duration":"2h"},{"schedule":"0 2 * * *","duration":"2h","timeZone":"Nowhere"}]`, `(window 1: timeZone "Nowhere" is not an IANA time zone`},
+	} {
+		_, errs := ParseNamespace("shop", map[string]string{AnnotationMaintenanceWindow: c.value})
+		require.Len(t, errs, 1, c.value)
+		assert.Equal(t, AnnotationMaintenanceWindow, errs[0].Key)
+		assert.Equal(t, c.value, errs[0].Value)
+		assert.Contains(t, errs[0].Error(), c.want)
+	}
+}
+
+// windowAt2pm is open every day from 14:00Z to 15:00Z; t0 is 12:00Z.
+func windowAt2pm(t *testing.T) Windows {
+	return Windows{window(t, "0 14 * * *", time.Hour, "UTC")}
+}
+
+func TestNoWaveStartsOutsideAWindowAndTheFirstStartsWhenItOpens(t *testing.T) {
+	s := newSim(t, deploy("a"), deploy("b"))
+	s.cfg.MaintenanceWindows = windowAt2pm(t)
+	d := s.decide(nil)
+	require.NotNil(t, d.Status)
+	assert.Equal(t, PhasePending, d.Status.Phase)
+	assert.Equal(t, 0, d.Status.Wave)
+	assert.Equal(t, "the first wave of 2 is waiting for the maintenance window opening at 2026-11-29T14:00:00Z", d.Status.Reason)
+	assert.Equal(t, at(t, "2026-11-29T14:00:00Z"), *d.Status.NextWindow)
+	assert.Equal(t, 2*time.Hour, d.RequeueAfter, "looked at again when it opens, not polled")
+	assert.Empty(t, d.Moves)
+	assert.Empty(t, d.Label, "the label does not switch before the first wave")
+	assert.False(t, d.Status.HoldsSlot(), "waiting for its window, it holds no slot")
+	assert.Equal(t, []Event{{Type: EventNormal, Reason: "WaitingForWindow", Message: d.Status.Reason}}, d.Events)
+
+	s.now = at(t, "2026-11-29T13:59:59Z")
+	d = s.decide(nil)
+	assert.Nil(t, d.Status, "the same wait is not written again")
+	assert.Empty(t, d.Events, "nor reported again")
+	assert.Equal(t, time.Second, d.RequeueAfter)
+
+	s.now = at(t, "2026-11-29T14:00:00Z") // exactly when it opens
+	d = s.decide(nil)
+	assert.Equal(t, PhaseMigrating, d.Status.Phase)
+	assert.Equal(t, 1, d.Status.Wave)
+	assert.Empty(t, d.Status.Reason)
+	assert.Nil(t, d.Status.NextWindow)
+	require.Len(t, d.Moves, 1)
+}
+
+func TestAWaveInFlightFinishesAfterTheWindowClosesAndTheNextWaitsForTheNextOpening(t *testing.T) {
+	s := newSim(t, deploy("a"), deploy("b"))
+	s.cfg.MaintenanceWindows = windowAt2pm(t)
+	s.now = at(t, "2026-11-29T14:59:00Z")
+	s.decide(nil)
+	require.Equal(t, 1, s.status.Wave)
+
+	s.now = at(t, "2026-11-29T15:10:00Z") // closed since 15:00
+	s.rollOut("1-26", "a")
+	d := s.decide(s.gates())
+	assert.Equal(t, WavePassed, d.Status.WaveState, "the wave in flight finished its gates")
+	assert.Equal(t, PhaseMigrating, d.Status.Phase)
+
+	s.now = s.now.Add(time.Minute) // the delay between waves is over
+	d = s.decide(nil)
+	require.NotNil(t, d.Status)
+	assert.Empty(t, d.Moves, "no new wave outside the window")
+	assert.Equal(t, PhaseMigrating, d.Status.Phase)
+	assert.Equal(t, WavePassed, d.Status.WaveState)
+	assert.Equal(t, "wave 2 is waiting for the maintenance window opening at 2026-11-30T14:00:00Z", d.Status.Reason)
+	assert.Equal(t, at(t, "2026-11-30T14:00:00Z"), *d.Status.NextWindow)
+	assert.Equal(t, at(t, "2026-11-30T14:00:00Z").Sub(s.now), d.RequeueAfter)
+	assert.True(t, d.Status.HoldsSlot(), "half-way, it keeps its slot")
+
+	s.now = at(t, "2026-11-30T14:00:00Z")
+	d = s.decide(nil)
+	assert.Equal(t, 2, d.Status.Wave)
+	assert.Nil(t, d.Status.NextWindow)
+	require.Len(t, d.Moves, 1)
+	assert.Equal(t, "b", d.Moves[0].Workload)
+}
+
+func TestARollbackRunsOutsideTheWindow(t *testing.T) {
+	s := newSim(t, deploy("a"), deploy("b"))
+	s.cfg.MaintenanceWindows = windowAt2pm(t)
+	s.now = at(t, "2026-11-29T14:30:00Z")
+	s.decide(nil)
+	s.rollOut("1-26", "a")
+
+	s.now = at(t, "2026-11-29T16:00:00Z")
+	errRate := Verdict{Gate: "error-rate", Result: ResultFail, Analysis: true, Reason: "a: 5xx ratio 0.3 > threshold 0.05"}
+	d := s.decide([]Verdict{pass("rollout"), errRate})
+	assert.Equal(t, PhaseRollingBack, d.Status.Phase, "a failed wave rolls back whatever the hour")
+	require.Len(t, d.Moves, 1)
+	assert.True(t, d.Moves[0].Record.Rollback)
+
+	s.rollOut("1-25", "a")
+	d = s.decide(s.gates())
+	assert.Equal(t, PhaseRolledBack, d.Status.Phase)
+}
+
+func TestARollbackAskedForBetweenWavesRunsOutsideTheWindow(t *testing.T) {
+	s := newSim(t, deploy("a"), deploy("b"))
+	s.cfg.MaintenanceWindows = windowAt2pm(t)
+	s.now = at(t, "2026-11-29T14:30:00Z")
+	s.decide(nil)
+	s.rollOut("1-26", "a")
+	s.decide(s.gates())
+	s.now = at(t, "2026-11-29T16:00:00Z")
+	s.decide(nil)
+	require.NotNil(t, s.status.NextWindow, "waiting for tomorrow's window")
+
+	s.snap.Namespace.Annotations[AnnotationRollback] = "all"
+	d := s.decide(nil)
+	assert.Equal(t, PhaseRollingBack, d.Status.Phase)
+	assert.Nil(t, d.Status.NextWindow)
+	require.Len(t, d.Moves, 1)
+	assert.Equal(t, "a", d.Moves[0].Workload)
+}
+
+func TestANamespaceWindowNarrowsTheConfiguredWindow(t *testing.T) {
+	s := newSim(t, deploy("a"))
+	s.cfg.MaintenanceWindows = windowAt2pm(t)
+	// The namespace allows 14:30-16:30Z: together, 14:30-15:00Z.
+	s.snap.Namespace.Annotations[AnnotationMaintenanceWindow] = `[{"schedule":"30 14 * * *","duration":"2h","timeZone":"UTC"}]`
+	s.now = at(t, "2026-11-29T14:10:00Z") // the configured window is open
+	d := s.decide(nil)
+	assert.Equal(t, PhasePending, d.Status.Phase)
+	assert.Equal(t, at(t, "2026-11-29T14:30:00Z"), *d.Status.NextWindow)
+
+	s.now = at(t, "2026-11-29T15:30:00Z") // the namespace's is open, the configured one closed
+	d = s.decide(nil)
+	assert.Equal(t, PhasePending, d.Status.Phase, "a namespace never widens the configured windows")
+	assert.Equal(t, at(t, "2026-11-30T14:30:00Z"), *d.Status.NextWindow)
+
+	s.now = at(t, "2026-11-30T14:45:00Z")
+	d = s.decide(nil)
+	assert.Equal(t, PhaseMigrating, d.Status.Phase)
+	assert.Len(t, d.Moves, 1)
+}
+
+func TestAnInvalidWindowAnnotationBlocksAndWritesNothingElse(t *testing.T) {
+	s := newSim(t, deploy("a"))
+	s.snap.Namespace.Annotations[AnnotationMaintenanceWindow] = `[{"schedule":"0 2 * *","duration":"2h"}]`
+	d := s.decide(nil)
+	assert.Equal(t, PhaseBlocked, d.Status.Phase)
+	assert.Equal(t, BlockedInvalidInput, d.Status.BlockedKind)
+	want := `meshwave.io/maintenance-window on namespace shop: "[{\"schedule\":\"0 2 * *\",\"duration\":\"2h\"}]" is not a JSON list of windows, each {"schedule": "<five-field cron>", "duration": "<Go duration>", "timeZone": "<IANA zone>"} (window 0: schedule "0 2 * *" is not a cron expression of five fields (minute hour day-of-month month day-of-week), e.g. "0 2 * * 6"; the time zone goes in timeZone)`
+	assert.Equal(t, "invalid input: "+want, d.Status.Reason)
+	assert.Equal(t, []Event{{Type: EventWarning, Reason: "InvalidAnnotation", Message: want}}, d.Events)
+	assert.Empty(t, d.Moves)
+	assert.Empty(t, d.Label)
+	assert.Zero(t, d.RequeueAfter)
+}
+
+func TestANamespaceWindowThatNeverMeetsTheConfiguredOnesIsInvalid(t *testing.T) {
+	s := newSim(t, deploy("a"))
+	s.cfg.MaintenanceWindows = Windows{window(t, "0 0 * * 6", 2*time.Hour, "UTC")}
+	s.snap.Namespace.Annotations[AnnotationMaintenanceWindow] = `{"schedule":"0 0 * * 1","duration":"2h"}`
+	d := s.decide(nil)
+	assert.Equal(t, PhaseBlocked, d.Status.Phase)
+	assert.Contains(t, d.Status.Reason, `is not windows that meet the agent's maintenanceWindows within a year (a namespace narrows them, never widens them)`)
+	assert.Empty(t, d.Moves)
+}
+
+func TestAStatusWithANextWindowOutsideAWaitIsNotTrusted(t *testing.T) {
+	st := &Status{Phase: PhaseMigrating, Target: "1-26", TargetRevision: "1-26", SourceRevision: "1-25", Wave: 1, TotalWaves: 2,
+		WaveState: WaveVerifying, StartedAt: &t0, WaveStartedAt: &t0, GatesSince: &t0, NextWindow: timePtr(t0.Add(time.Hour))}
+	assert.ErrorContains(t, st.Validate(), "nextWindow 2026-11-29T13:00:00Z is not set while Migrating at wave 1")
+	st.WaveState = WavePassed
+	assert.NoError(t, st.Validate())
+	st.NextWindow = timePtr(t0.Add(-time.Hour))
+	assert.ErrorContains(t, st.Validate(), "nextWindow 2026-11-29T11:00:00Z is not a time after waveStartedAt")
+}
