@@ -361,9 +361,17 @@ func (d *decider) labelReverted() bool {
 		LabelRev, ns.Name, owned, r.Count, who, current, hand, AnnotationPaused)
 	d.event("", EventWarning, "LabelReverted", reason)
 	st.warn(LabelRev+" on namespace", reason)
-	if st.Phase == PhaseMigrating || st.Phase == PhaseAnalyzing {
+	switch {
+	case st.Phase == PhaseMigrating || st.Phase == PhaseAnalyzing || st.Phase == PhaseRollingBack:
 		d.pause("wave " + fmt.Sprint(st.Wave) + " paused: " + reason)
 		return true
+	case st.Phase == PhaseBlocked && slices.Contains([]Phase{PhaseMigrating, PhaseAnalyzing, PhaseRollingBack}, st.BlockedPhase):
+		// Blocked half-way: the migration the block holds resumes
+		// paused, not with a label it no longer puts back.
+		blocked := *st
+		st.Phase = st.BlockedPhase
+		d.pause("wave " + fmt.Sprint(st.Wave) + " paused: " + reason)
+		st.BlockedPhase, st.Phase, st.Reason = st.Phase, PhaseBlocked, blocked.Reason
 	}
 	return false
 }

@@ -2,6 +2,7 @@ package canary
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -75,4 +76,76 @@ func TestAnArgoCDTrackingIDOfAnyLengthKeepsTheStatusReadable(t *testing.T) {
 	for _, r := range s.last.Reverts {
 		assert.LessOrEqual(t, len(r.Owner), 512, "the metric's owner label is bounded")
 	}
+}
+
+func TestALabelSwitchedBackWhileBlockedHalfWayIsNotFoughtForEver(t *testing.T) {
+	s := newSim(t, deploy("a"), deploy("b"))
+	s.snap.Namespace.Labels[LabelArgoInstance] = "platform"
+	s.decide(nil)
+	require.Equal(t, "1-26", s.snap.Namespace.Labels[LabelRev])
+	// An invalid annotation blocks the migration half-way.
+	s.snap.Workloads[1].Annotations[AnnotationWave] = "abc"
+	s.now = s.now.Add(time.Second)
+	s.decide(nil)
+	require.Equal(t, PhaseBlocked, s.status.Phase)
+
+	putBack := 0
+	for n := 0; n < 10; n++ {
+		s.now = s.now.Add(time.Second)
+		s.snap.Namespace.Labels[LabelRev] = "1-25" // self-heal
+		if d := s.decide(nil); d.Label != "" {
+			putBack++
+		}
+	}
+	assert.Equal(t, labelRevertLimit-1, putBack, "put back twice, as outside a block")
+	assert.Equal(t, PhaseBlocked, s.status.Phase)
+	assert.Equal(t, PhasePaused, s.status.BlockedPhase, "the migration under the block is paused")
+	assert.Equal(t, "true", s.snap.Namespace.Annotations[AnnotationPaused])
+
+	// The annotation is fixed: the migration stays paused, the label where
+	// the owner set it, until a person resumes.
+	delete(s.snap.Workloads[1].Annotations, AnnotationWave)
+	s.now = s.now.Add(time.Second)
+	d := s.decide(nil)
+	assert.Equal(t, PhasePaused, s.status.Phase)
+	assert.Empty(t, d.Label)
+	assert.Empty(t, d.Moves)
+	delete(s.snap.Namespace.Annotations, AnnotationPaused)
+	s.now = s.now.Add(time.Second)
+	d = s.decide(nil)
+	assert.Equal(t, "1-26", d.Label, "owned again once resumed")
+	assert.Equal(t, map[string]int{"a": 1}, s.patches)
+}
+
+func TestALabelSwitchedBackDuringARollbackIsPutBackTwiceThenLeftWithAPause(t *testing.T) {
+	s := newSim(t, deploy("a"), deploy("b"))
+	s.decide(nil)
+	s.rollOut("1-26", "a")
+	s.snap.Namespace.Annotations[AnnotationRollback] = "wave"
+	s.now = s.now.Add(time.Second)
+	s.decide(nil)
+	require.Equal(t, PhaseRollingBack, s.status.Phase)
+	require.Equal(t, "1-25", s.snap.Namespace.Labels[LabelRev])
+
+	putBack := 0
+	for n := 0; n < 10; n++ {
+		s.now = s.now.Add(time.Second)
+		s.snap.Namespace.Labels[LabelRev] = "1-26" // self-heal
+		if d := s.decide(nil); d.Label != "" {
+			putBack++
+		}
+	}
+	assert.Equal(t, labelRevertLimit-1, putBack)
+	assert.Equal(t, PhasePaused, s.status.Phase, "a rollback whose label is left pauses, as a wave does")
+	assert.Equal(t, WaveRollingBack, s.status.WaveState)
+}
+
+func TestASailGracePeriodTooLongForADurationIsLongEnough(t *testing.T) {
+	huge := int64(math.MaxInt64)
+	warnings := sailWarnings([]SailIstio{{Name: "default", UpdateStrategy: "RevisionBased", GracePeriodSeconds: &huge}}, 3, "1-25", Config{})
+	assert.Empty(t, warnings, "a grace period of %d s outlasts any migration", huge)
+	tenYears := int64(10 * 365 * 24 * 3600)
+	assert.Empty(t, sailWarnings([]SailIstio{{Name: "default", UpdateStrategy: "RevisionBased", GracePeriodSeconds: &tenYears}}, 3, "1-25", Config{}))
+	overflow := int64(math.MaxInt64/int64(time.Second)) + 1
+	assert.Empty(t, sailWarnings([]SailIstio{{Name: "default", UpdateStrategy: "RevisionBased", GracePeriodSeconds: &overflow}}, 3, "1-25", Config{}))
 }
