@@ -174,3 +174,28 @@ func TestWhatMeshwaveNeverRestartsIsBoundedWhateverItsPodsSay(t *testing.T) {
 	_, _, err = ParseStatus(map[string]string{AnnotationStatus: raw})
 	require.NoError(t, err)
 }
+
+func TestAnEditedStatusThatGaveTheLabelUpMidWaveDoesNotMoveOnWithoutIt(t *testing.T) {
+	s := newSim(t, deploy("a"), deploy("b"))
+	s.decide(nil)
+	require.Equal(t, PhaseMigrating, s.status.Phase)
+	// Someone edits the status: the label was given up three times, yet
+	// the wave goes on; and switches the label.
+	edited := s.status.DeepCopy()
+	edited.Reverts = []Revert{{Object: "Namespace/shop", Count: labelRevertLimit, At: s.now}}
+	raw, err := edited.Encode()
+	require.NoError(t, err)
+	s.raw = &raw
+	s.snap.Namespace.Labels[LabelRev] = "1-25"
+	s.rollOut("1-26", "a")
+	for i := 0; i < 5; i++ {
+		s.now = s.now.Add(time.Minute)
+		d := s.decide(s.gates())
+		for _, m := range d.Moves {
+			s.rollOut("1-26", m.Workload)
+		}
+	}
+	if s.status.Phase != PhasePaused {
+		assert.Equal(t, "1-26", s.snap.Namespace.Labels[LabelRev], "a wave that goes on has its label")
+	}
+}
