@@ -199,3 +199,37 @@ func TestAnEditedStatusThatGaveTheLabelUpMidWaveDoesNotMoveOnWithoutIt(t *testin
 		assert.Equal(t, "1-26", s.snap.Namespace.Labels[LabelRev], "a wave that goes on has its label")
 	}
 }
+
+func TestAWaveOfMoreMembersUndoneWholeThanTheRevertsListMovesAgainAfterOneResume(t *testing.T) {
+	t.Skip("BREAK: a wave with more than 10 members undone whole (record and template replaced from git) never moves again: " +
+		"the reverts list keeps 10, a member pushed out is reported again after each resume, which pauses again and drops the others' second moves")
+	var ws []Workload
+	for i := 0; i < 13; i++ {
+		ws = append(ws, deploy(fmt.Sprintf("w%02d", i), argoApp("shop")))
+	}
+	s := newSim(t, ws...)
+	s.cfg.Sizes = WaveSizes{CanarySize: 1, BatchSize: 20}
+	s.decide(nil)
+	s.rollOut("1-26", "w00")
+	for i := 0; i < 5 && s.status.Wave < 2; i++ {
+		s.now = s.now.Add(time.Minute)
+		s.decide(s.gates())
+	}
+	require.Equal(t, 2, s.status.Wave)
+	waveStart := *s.status.WaveStartedAt
+	s.now = s.now.Add(5 * time.Second)
+	for i := 1; i < 13; i++ { // replaced from git, record and stamp gone
+		w := &s.snap.Workloads[i]
+		delete(w.Annotations, AnnotationMove)
+		delete(w.TemplateAnnotations, AnnotationRestartedAt)
+		w.RolledOutRestart = waveStart
+	}
+	s.decide(nil)
+	require.Equal(t, PhasePaused, s.status.Phase)
+
+	delete(s.snap.Namespace.Annotations, AnnotationPaused)
+	s.now = s.now.Add(time.Minute)
+	d := s.decide(nil)
+	assert.Len(t, d.Moves, 12, "every member undone is moved again once a person resumed")
+	assert.NotEqual(t, PhasePaused, s.status.Phase, "one resume is enough")
+}
