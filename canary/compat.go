@@ -3,6 +3,7 @@ package canary
 import (
 	"fmt"
 	"maps"
+	"math"
 	"regexp"
 	"slices"
 	"strconv"
@@ -267,8 +268,13 @@ func sailWarnings(istios []SailIstio, waves int, sourceRev string, cfg Config) [
 			continue
 		}
 		grace, how := DefaultSailGracePeriod, "30 (the default)"
-		if is.GracePeriodSeconds != nil {
-			grace, how = time.Duration(*is.GracePeriodSeconds)*time.Second, strconv.FormatInt(*is.GracePeriodSeconds, 10)
+		if g := is.GracePeriodSeconds; g != nil {
+			if *g > int64(math.MaxInt64/time.Second) {
+				// Longer than a Duration holds (292 years): multiplied,
+				// it would wrap round to a short or negative one.
+				continue
+			}
+			grace, how = time.Duration(*g)*time.Second, strconv.FormatInt(*g, 10)
 		}
 		if grace >= estimate {
 			continue

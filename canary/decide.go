@@ -239,6 +239,12 @@ func (d *decider) run() {
 		adopted = d.adoptIfNeeded()
 	}
 	if len(errs) > 0 {
+		if d.st.Wave > 0 && d.st.Phase == PhaseBlocked {
+			// Blocked half-way, meshwave still keeps its label: a
+			// revert is counted as outside a block, or the fight with a
+			// self-heal would never end.
+			d.labelReverted()
+		}
 		d.blockInvalid(prev, errs)
 		d.summarize(prev)
 		return

@@ -36,6 +36,19 @@ type GitOpsOwner struct {
 // Argo CD is looked for first: an application can deploy manifests that
 // Flux rendered, and the one that applies them last is Argo CD.
 func OwnerOf(labels, annotations map[string]string) (GitOpsOwner, bool) {
+	o, ok := ownerOf(labels, annotations)
+	// An annotation's value may be 256 KiB: the name goes into the
+	// status, whose reverts are read back only with owners of at most 512
+	// bytes, and into a metric label.
+	o.Name = cut(o.Name, maxOwnerName)
+	return o, ok
+}
+
+// maxOwnerName bounds an owner's name: a Flux object's namespace (63
+// bytes), a slash and its name (253).
+const maxOwnerName = 63 + 1 + 253
+
+func ownerOf(labels, annotations map[string]string) (GitOpsOwner, bool) {
 	if id, ok := annotations[AnnotationArgoTrackingID]; ok {
 		app, _, _ := strings.Cut(id, ":")
 		return GitOpsOwner{Tool: "argocd", Name: app}, true
@@ -259,8 +272,18 @@ func (d *decider) templateReverted(w Workload) {
 		// edited by hand is its editor's business.
 		return
 	}
-	if prev := st.revert(w.Name); prev != nil && !prev.At.Before(r.At) {
+	prev := st.revert(w.Name)
+	if prev != nil && !prev.At.Before(r.At) {
 		return // reported for this move
+	}
+	if prev == nil && len(st.Reverts) >= maxReverts {
+		// No room left to remember that it was reported: a workload
+		// reported but not remembered would be reported again at every
+		// decision, each time making room by dropping another one (a
+		// status write, Events and a metric each time, for ever). Those
+		// beyond the list are reported together, once.
+		d.templatesUnlisted()
+		return
 	}
 	st.noteRevert(w.Name, o.ID(), d.now)
 	msg := fmt.Sprintf("%s's template no longer carries the %s stamp of its move to %s in wave %d (%s): %s put its template back, and with it took out the persisted sidecar settings. Its pods stay on the revision %s gives them; meshwave does not restart it again. %s.",
@@ -268,6 +291,21 @@ func (d *decider) templateReverted(w Workload) {
 	d.event(w.Name, EventWarning, "TemplateReverted", msg)
 	st.warn(describe(w.Name)+"'s template", msg)
 	d.out.Reverts = append(d.out.Reverts, RevertSeen{Kind: RevertTemplate, Owner: o.ID()})
+}
+
+// templatesUnlistedWarning is the warning about the reverted templates the
+// status's reverts have no room for; it names no workload and no count, so
+// it reads the same at every decision.
+var templatesUnlistedWarning = fmt.Sprintf("more moved workloads' templates were put back than the status's reverts list (%d entries): look for those without %s; their moves count as made and meshwave does not restart them again",
+	maxReverts, AnnotationRestartedAt)
+
+// templatesUnlisted reports, once, that reverted templates go unlisted.
+func (d *decider) templatesUnlisted() {
+	if slices.Contains(d.st.Warnings, templatesUnlistedWarning) {
+		return
+	}
+	d.st.warn(templatesUnlistedWarning, templatesUnlistedWarning)
+	d.event("", EventWarning, "TemplateReverted", templatesUnlistedWarning)
 }
 
 // capitalized starts s with a capital letter.
@@ -323,9 +361,17 @@ func (d *decider) labelReverted() bool {
 		LabelRev, ns.Name, owned, r.Count, who, current, hand, AnnotationPaused)
 	d.event("", EventWarning, "LabelReverted", reason)
 	st.warn(LabelRev+" on namespace", reason)
-	if st.Phase == PhaseMigrating || st.Phase == PhaseAnalyzing {
+	switch {
+	case st.Phase == PhaseMigrating || st.Phase == PhaseAnalyzing || st.Phase == PhaseRollingBack:
 		d.pause("wave " + fmt.Sprint(st.Wave) + " paused: " + reason)
 		return true
+	case st.Phase == PhaseBlocked && slices.Contains([]Phase{PhaseMigrating, PhaseAnalyzing, PhaseRollingBack}, st.BlockedPhase):
+		// Blocked half-way: the migration the block holds resumes
+		// paused, not with a label it no longer puts back.
+		blocked := *st
+		st.Phase = st.BlockedPhase
+		d.pause("wave " + fmt.Sprint(st.Wave) + " paused: " + reason)
+		st.BlockedPhase, st.Phase, st.Reason = st.Phase, PhaseBlocked, blocked.Reason
 	}
 	return false
 }

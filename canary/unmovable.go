@@ -44,7 +44,10 @@ func unmovable(ws []Unmovable, target, label string) []Exclusion {
 		default:
 			why = fmt.Sprintf("its owner is a %s, which meshwave does not restart: it needs a person", kind)
 		}
-		out = append(out, Exclusion{Workload: w.ID, Reason: on + ": " + why})
+		// A pod's owner reference may name any kind, and its sidecar
+		// status any revision: the status is written with these, so
+		// each is cut to its bound here, where it is made.
+		out = append(out, Exclusion{Workload: cut(w.ID, maxItemReason), Reason: cut(on+": "+why, maxItemReason)})
 	}
 	if len(out) > maxSkipped {
 		rest := len(out) - maxSkipped + 1
