@@ -178,6 +178,9 @@ func (c *Caches) unmovable(ns string) ([]canary.Unmovable, error) {
 			continue
 		}
 		rev := canary.SidecarRevision(p.Annotations)
+		if rev == "" {
+			continue // an unreadable sidecar status names no revision
+		}
 		id := owner.Kind + "/" + owner.Name
 		if byID[id] == nil {
 			byID[id] = map[string]int{}

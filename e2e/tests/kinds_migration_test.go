@@ -131,6 +131,7 @@ kinds      Pod/debug        1     cannot              a bare Pod has no controll
 		assert.Equal(t, map[string]int{"PATCH statefulsets " + ns + "/db": 1}, counter.writes("PATCH statefulsets "+ns))
 		assert.Equal(t, map[string]int{"PATCH daemonsets " + ns + "/agent": 1}, counter.writes("PATCH daemonsets "+ns))
 		assert.Empty(t, counter.writes("POST pods "+ns), "no eviction of a rolling update")
+		t.Logf("every kind, 2 waves: %d namespace writes", counter.get("PATCH namespaces "+ns))
 
 		// What is left is what meshwave cannot move, each with its reason.
 		out, code = runCLIExit(t, f, "holders", "1-25")
@@ -173,6 +174,8 @@ kinds      Pod/debug        1     cannot  a bare Pod has no controller to create
 		assert.Equal(t, []string{"ledger-2", "ledger-1", "ledger-0"}, going, "evicted highest ordinal first, each once")
 		assert.Equal(t, 1, maxDown, "never more than one pod down")
 		assert.Equal(t, map[string]int{"PATCH statefulsets " + ns + "/ledger": 1}, counter.writes("PATCH statefulsets "+ns))
+		t.Logf("OnDelete StatefulSet of 3: %d PATCH statefulsets, eviction requests %v, %d namespace writes",
+			counter.get("PATCH statefulsets "+ns+"/ledger"), counter.writes("POST pods "+ns), counter.get("PATCH namespaces "+ns))
 		for _, pod := range []string{"ledger-0", "ledger-1", "ledger-2"} {
 			assert.GreaterOrEqual(t, counter.get("POST pods "+ns+"/"+pod), 1, "%s evicted through the Eviction API", pod)
 			waitForEvent(f, "StatefulSet", ns, "ledger", "PodEvicted: evicting pod "+pod+" of statefulset ledger")
