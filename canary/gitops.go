@@ -3,6 +3,7 @@ package canary
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -169,8 +170,18 @@ func (s *Status) revert(object string) *Revert {
 	return nil
 }
 
+// waveRevertObject names a wave's entry in the reverts: the members it lost
+// whole were reported when it was last seen.
+func waveRevertObject(wave int) string { return fmt.Sprintf("Wave/%d", wave) }
+
+// kept reports whether an entry of the reverts list is never pushed out:
+// the namespace's and the waves'.
+func kept(object string) bool {
+	return strings.HasPrefix(object, "Namespace/") || strings.HasPrefix(object, "Wave/")
+}
+
 // noteRevert counts one revert of object, keeping the list bounded (the
-// oldest workload entry goes first; the namespace's stays).
+// oldest workload entry goes first; the namespace's and the waves' stay).
 func (s *Status) noteRevert(object string, owner string, now time.Time) *Revert {
 	if r := s.revert(object); r != nil {
 		r.Count++
@@ -179,13 +190,28 @@ func (s *Status) noteRevert(object string, owner string, now time.Time) *Revert 
 	}
 	s.Reverts = append(s.Reverts, Revert{Object: object, Owner: owner, Count: 1, At: now})
 	if len(s.Reverts) > maxReverts {
+		// The oldest workload's entry goes first, then the oldest earlier
+		// wave's; the namespace's and the entry just made stay.
 		oldest := -1
-		for i, r := range s.Reverts {
-			if !strings.HasPrefix(r.Object, "Namespace/") && (oldest < 0 || r.At.Before(s.Reverts[oldest].At)) {
-				oldest = i
+		for _, pass := range []string{"", "Wave/"} {
+			for i, r := range s.Reverts {
+				switch {
+				case r.Object == object || strings.HasPrefix(r.Object, "Namespace/"):
+					continue
+				case pass == "" && kept(r.Object), pass != "" && !strings.HasPrefix(r.Object, pass):
+					continue
+				}
+				if oldest < 0 || r.At.Before(s.Reverts[oldest].At) {
+					oldest = i
+				}
+			}
+			if oldest >= 0 {
+				break
 			}
 		}
-		s.Reverts = slices.Delete(s.Reverts, oldest, oldest+1)
+		if oldest >= 0 {
+			s.Reverts = slices.Delete(s.Reverts, oldest, oldest+1)
+		}
 	}
 	return s.revert(object)
 }
@@ -401,7 +427,7 @@ func validReverts(rs []Revert) error {
 	seen := map[string]bool{}
 	for i, r := range rs {
 		_, _, isWorkload := SplitWorkloadID(r.Object)
-		if (!isWorkload && !strings.HasPrefix(r.Object, "Namespace/")) || seen[r.Object] || r.Count < 1 || r.Count > maxWorkloads || r.At.IsZero() || len(r.Owner) > 512 {
+		if (!isWorkload && !strings.HasPrefix(r.Object, "Namespace/") && !validWaveObject(r.Object)) || seen[r.Object] || r.Count < 1 || r.Count > maxWorkloads || r.At.IsZero() || len(r.Owner) > 512 {
 			return fmt.Errorf("reverts[%d] %q is not a namespace or workload listed once, seen 1 or more times, with a time", i, r.Object)
 		}
 		seen[r.Object] = true
@@ -416,7 +442,18 @@ func validReverts(rs []Revert) error {
 func (d *decider) moveAgain(w Workload) (issued, ok bool) {
 	st := d.st
 	r := st.revert(w.Name)
+	if r == nil {
+		// More members than the list holds were undone whole: the wave's
+		// own entry says when they were reported.
+		r = st.revert(waveRevertObject(st.Wave))
+	}
 	if r == nil || st.WaveStartedAt == nil || r.At.Before(*st.WaveStartedAt) {
+		return false, false
+	}
+	if w.RolledOutRestart.After(r.At) {
+		// The restart undone now came after the report: the second move
+		// was undone too. It is reported again, and waits for a person
+		// again: meshwave never fights a self-heal with restarts.
 		return false, false
 	}
 	if st.GatesSince == nil || !r.At.Before(*st.GatesSince) {
@@ -433,6 +470,12 @@ func (d *decider) moveAgain(w Workload) (issued, ok bool) {
 func (d *decider) memberRevertReported(w Workload) string {
 	st := d.st
 	o, owned := OwnerOf(w.Labels, w.Annotations)
+	// The wave's entry first: it stays while member entries come and go,
+	// so a member whose own entry is pushed out is still known as
+	// reported, and one resume moves every member again.
+	if wr := st.revert(waveRevertObject(st.Wave)); wr == nil || wr.At.Before(d.now) {
+		st.noteRevert(waveRevertObject(st.Wave), o.ID(), d.now)
+	}
 	st.noteRevert(w.Name, o.ID(), d.now)
 	who := ownerOrSomeone(o, owned)
 	msg := fmt.Sprintf("%s was restarted in wave %d (a ReplicaSet carries its stamp %s), then %s put its template back and removed its %s record: meshwave does not restart it again on its own. %s; then remove %s to move it again, or set %s on it",
@@ -442,4 +485,10 @@ func (d *decider) memberRevertReported(w Workload) string {
 	st.warn(describe(w.Name)+"'s template", msg)
 	d.out.Reverts = append(d.out.Reverts, RevertSeen{Kind: RevertTemplate, Owner: o.ID()})
 	return fmt.Sprintf("the move of %s was undone by %s", describe(w.Name), who)
+}
+
+// validWaveObject reports whether object is a wave's entry, "Wave/<n>".
+func validWaveObject(object string) bool {
+	n, err := strconv.Atoi(strings.TrimPrefix(object, "Wave/"))
+	return strings.HasPrefix(object, "Wave/") && err == nil && n >= 1 && n <= maxWaves
 }

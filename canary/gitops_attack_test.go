@@ -201,8 +201,6 @@ func TestAnEditedStatusThatGaveTheLabelUpMidWaveDoesNotMoveOnWithoutIt(t *testin
 }
 
 func TestAWaveOfMoreMembersUndoneWholeThanTheRevertsListMovesAgainAfterOneResume(t *testing.T) {
-	t.Skip("BREAK: a wave with more than 10 members undone whole (record and template replaced from git) never moves again: " +
-		"the reverts list keeps 10, a member pushed out is reported again after each resume, which pauses again and drops the others' second moves")
 	var ws []Workload
 	for i := 0; i < 13; i++ {
 		ws = append(ws, deploy(fmt.Sprintf("w%02d", i), argoApp("shop")))
@@ -232,4 +230,48 @@ func TestAWaveOfMoreMembersUndoneWholeThanTheRevertsListMovesAgainAfterOneResume
 	d := s.decide(nil)
 	assert.Len(t, d.Moves, 12, "every member undone is moved again once a person resumed")
 	assert.NotEqual(t, PhasePaused, s.status.Phase, "one resume is enough")
+}
+
+// A member moved a second time after a resume, then undone whole again by
+// the same self-heal, is reported again and waits for a person: a
+// self-heal is never answered with one restart after another.
+func TestAMemberUndoneWholeAgainAfterItsSecondMoveWaitsForAPersonAgain(t *testing.T) {
+	var ws []Workload
+	for i := 0; i < 3; i++ {
+		ws = append(ws, deploy(fmt.Sprintf("w%02d", i), argoApp("shop")))
+	}
+	s := newSim(t, ws...)
+	s.cfg.Sizes = WaveSizes{CanarySize: 1, BatchSize: 5}
+	s.decide(nil)
+	s.rollOut("1-26", "w00")
+	for i := 0; i < 5 && s.status.Wave < 2; i++ {
+		s.now = s.now.Add(time.Minute)
+		s.decide(s.gates())
+	}
+	require.Equal(t, 2, s.status.Wave)
+	undo := func(at time.Time) {
+		for i := 1; i < 3; i++ {
+			w := &s.snap.Workloads[i]
+			delete(w.Annotations, AnnotationMove)
+			delete(w.TemplateAnnotations, AnnotationRestartedAt)
+			w.RolledOutRestart = at
+		}
+	}
+	s.now = s.now.Add(5 * time.Second)
+	undo(*s.status.WaveStartedAt)
+	s.decide(nil)
+	require.Equal(t, PhasePaused, s.status.Phase)
+
+	delete(s.snap.Namespace.Annotations, AnnotationPaused)
+	s.now = s.now.Add(time.Minute)
+	d := s.decide(nil)
+	require.Len(t, d.Moves, 2, "moved a second time once a person resumed")
+	second := s.now
+
+	// The self-heal undoes the second moves too.
+	s.now = s.now.Add(10 * time.Second)
+	undo(second)
+	d = s.decide(nil)
+	assert.Empty(t, d.Moves, "no third restart on its own")
+	assert.Equal(t, PhasePaused, s.status.Phase, "reported again, waiting for a person")
 }
