@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -54,6 +55,18 @@ func TestTracesAndMetricsOfAMigration(t *testing.T) {
 
 	optIn(f, ns, "1-26", 10)
 	waitForPhase(f, ns, canary.PhaseCompleted, 3*time.Minute)
+	// The agent ends the migration's span once its last write returned,
+	// which may be after the Completed status is seen here.
+	f.Eventually("the migration's span to end", func() (bool, string) {
+		var names []string
+		for _, s := range spans.GetSpans() {
+			if s.Name == "migration "+ns {
+				return true, ""
+			}
+			names = append(names, s.Name)
+		}
+		return false, strings.Join(names, ", ")
+	})
 
 	// The span tree: one trace, the migration at its root, a span per wave,
 	// and under each wave its patches, its gates and its queries.
