@@ -272,8 +272,9 @@ func (d *decider) gitopsWarnings(plan NamespacePlan) []string {
 // naming the owner; nothing is restarted because of it. It reports
 // whether it paused the migration.
 func (d *decider) watchReverts() bool {
+	migration := d.st.MigrationID() // formatted once, not per workload
 	for _, w := range sortedWorkloads(d.snap.Workloads) {
-		d.templateReverted(*w)
+		d.templateReverted(w, migration)
 	}
 	return d.labelReverted()
 }
@@ -282,9 +283,9 @@ func (d *decider) watchReverts() bool {
 // stamp of a forward move of this migration (passed or in flight) while
 // its move record stayed: a sync put back the template from git. The
 // move counts as made; meshwave does not restart it again.
-func (d *decider) templateReverted(w Workload) {
+func (d *decider) templateReverted(w *Workload, migration string) {
 	st := d.st
-	r, ok := forwardIn(w, st.MigrationID())
+	r, ok := forwardIn(*w, migration)
 	if !ok || r.Outcome != "" {
 		return
 	}
