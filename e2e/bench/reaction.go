@@ -138,12 +138,12 @@ func movedIn(writes []write, namespace string) map[int][]string {
 // injected by the target became Ready and when it had rolled out after
 // its restart.
 type rolloutWatch struct {
-	mu             sync.Mutex
-	ready, rolled  map[string]time.Time
-	factory        informers.SharedInformerFactory
-	stopCh         chan struct{}
-	pods           cache.Indexer
-	deployments    cache.Indexer
+	mu                sync.Mutex
+	ready, rolled     map[string]time.Time
+	factory           informers.SharedInformerFactory
+	stopCh            chan struct{}
+	pods              cache.Indexer
+	deployments       cache.Indexer
 	namespace, target string
 }
 
