@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -56,8 +55,9 @@ type Caches struct {
 
 // NewCaches builds the informers. Their transform keeps only what
 // meshwave reads, so that a cluster of 100k pods fits in a small cache:
-// no managedFields, no pod or template specs, and of a pod's annotations
-// only the sidecar status and the keys in persist.
+// no managedFields, no pod or template specs, no selectors or
+// conditions, no kubectl last applied configuration, and of a pod's
+// annotations only the sidecar status and the keys in persist.
 func NewCaches(client kubernetes.Interface, resync time.Duration, persist []string) *Caches {
 	keep := map[string]bool{canary.AnnotationSidecar: true}
 	for _, k := range persist {
@@ -171,41 +171,30 @@ func (c *Caches) Shutdown() {
 	}
 }
 
+// transform returns the informers' transform: it keeps of each object
+// what meshwave reads, so that what the caches hold grows with the
+// cluster as little as it can. It runs on objects the informer has just
+// decoded and owns, so it may take their maps and strings. It runs twice
+// on an object a streaming list returns (into the reflector's store, then
+// into the queue), so it keeps all of what it kept.
 func transform(keepPodAnnotations map[string]bool) cache.TransformFunc {
 	return func(obj any) (any, error) {
 		switch o := obj.(type) {
 		case *corev1.Pod:
 			return slimPod(o, keepPodAnnotations), nil
 		case *appsv1.Deployment:
-			o.ManagedFields = nil
-			o.Spec.Template.Spec = corev1.PodSpec{}
-			return o, nil
+			return slimDeployment(o), nil
 		case *appsv1.ReplicaSet:
-			// Of the template, only its restart stamp: it shows a restart
-			// that was rolled out even once the Deployment's template no
-			// longer carries it (a GitOps sync put the template back).
-			stamp, stamped := o.Spec.Template.Annotations[canary.AnnotationRestartedAt]
-			o.ManagedFields = nil
-			o.Spec.Template = corev1.PodTemplateSpec{}
-			if stamped {
-				o.Spec.Template.Annotations = map[string]string{canary.AnnotationRestartedAt: stamp}
-			}
-			return o, nil
+			return slimReplicaSet(o), nil
 		case *appsv1.StatefulSet:
-			o.ManagedFields = nil
-			o.Spec.Template.Spec = corev1.PodSpec{}
-			o.Spec.VolumeClaimTemplates = nil
-			return o, nil
+			return slimStatefulSet(o), nil
 		case *appsv1.DaemonSet:
-			o.ManagedFields = nil
-			o.Spec.Template.Spec = corev1.PodSpec{}
-			return o, nil
+			return slimDaemonSet(o), nil
 		case *appsv1.ControllerRevision:
-			o.ManagedFields = nil
-			o.Data = runtime.RawExtension{}
-			return o, nil
+			return slimRevision(o), nil
 		case *corev1.Namespace:
 			o.ManagedFields = nil
+			o.Annotations = withoutLastApplied(o.Annotations)
 			return o, nil
 		case *policyv1.PodDisruptionBudget:
 			o.ManagedFields = nil
@@ -219,6 +208,115 @@ func transform(keepPodAnnotations map[string]bool) cache.TransformFunc {
 		}
 		return obj, nil
 	}
+}
+
+// slimWorkloadMeta keeps of a workload's metadata what names it (an
+// Event on it names its UID and resourceVersion too), its generation,
+// which the rollout gate compares with the status's observedGeneration,
+// and its labels and annotations, which carry meshwave's settings and
+// records and name a GitOps owner. Nothing reads a workload's owners,
+// finalizers or timestamps, nor kubectl's last applied configuration.
+func slimWorkloadMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion,
+		Generation: m.Generation, Labels: m.Labels, Annotations: withoutLastApplied(m.Annotations)}
+}
+
+// slimTemplate keeps of a pod template its labels, which selectors and
+// a move's persisted settings are checked against, and its annotations,
+// which carry the restart stamp and Istio's settings.
+func slimTemplate(t corev1.PodTemplateSpec) corev1.PodTemplateSpec {
+	return corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: t.Labels, Annotations: t.Annotations}}
+}
+
+// withoutLastApplied drops kubectl's last applied configuration, a copy
+// of the whole object as applied that nothing in meshwave reads, from a
+// freshly decoded object's annotations; nil when none remain.
+func withoutLastApplied(annotations map[string]string) map[string]string {
+	delete(annotations, corev1.LastAppliedConfigAnnotation)
+	if len(annotations) == 0 {
+		return nil
+	}
+	return annotations
+}
+
+// slimDeployment keeps what workloadOf reads: no selector, strategy or
+// conditions.
+func slimDeployment(d *appsv1.Deployment) *appsv1.Deployment {
+	return &appsv1.Deployment{
+		ObjectMeta: slimWorkloadMeta(d.ObjectMeta),
+		Spec:       appsv1.DeploymentSpec{Replicas: d.Spec.Replicas, Paused: d.Spec.Paused, Template: slimTemplate(d.Spec.Template)},
+		Status: appsv1.DeploymentStatus{ObservedGeneration: d.Status.ObservedGeneration, Replicas: d.Status.Replicas,
+			UpdatedReplicas: d.Status.UpdatedReplicas, ReadyReplicas: d.Status.ReadyReplicas, AvailableReplicas: d.Status.AvailableReplicas},
+	}
+}
+
+// slimStatefulSet keeps what statefulSetWorkload reads: the update
+// strategy, and the status with its revisions; no selector, claim
+// templates or conditions.
+func slimStatefulSet(s *appsv1.StatefulSet) *appsv1.StatefulSet {
+	return &appsv1.StatefulSet{
+		ObjectMeta: slimWorkloadMeta(s.ObjectMeta),
+		Spec: appsv1.StatefulSetSpec{Replicas: s.Spec.Replicas, Template: slimTemplate(s.Spec.Template),
+			UpdateStrategy: s.Spec.UpdateStrategy},
+		Status: appsv1.StatefulSetStatus{ObservedGeneration: s.Status.ObservedGeneration, Replicas: s.Status.Replicas,
+			UpdatedReplicas: s.Status.UpdatedReplicas, ReadyReplicas: s.Status.ReadyReplicas, AvailableReplicas: s.Status.AvailableReplicas,
+			CurrentRevision: s.Status.CurrentRevision, UpdateRevision: s.Status.UpdateRevision},
+	}
+}
+
+// slimDaemonSet keeps what daemonSetWorkload and daemonPodCurrent read:
+// the update strategy's type, the template generation annotation and the
+// status's counts; no selector or conditions.
+func slimDaemonSet(d *appsv1.DaemonSet) *appsv1.DaemonSet {
+	return &appsv1.DaemonSet{
+		ObjectMeta: slimWorkloadMeta(d.ObjectMeta),
+		Spec: appsv1.DaemonSetSpec{Template: slimTemplate(d.Spec.Template),
+			UpdateStrategy: appsv1.DaemonSetUpdateStrategy{Type: d.Spec.UpdateStrategy.Type}},
+		Status: appsv1.DaemonSetStatus{ObservedGeneration: d.Status.ObservedGeneration, DesiredNumberScheduled: d.Status.DesiredNumberScheduled,
+			CurrentNumberScheduled: d.Status.CurrentNumberScheduled, UpdatedNumberScheduled: d.Status.UpdatedNumberScheduled,
+			NumberReady: d.Status.NumberReady, NumberAvailable: d.Status.NumberAvailable},
+	}
+}
+
+// slimReplicaSet keeps what resolves a pod to its Deployment: the
+// ReplicaSet's name and controller, and the Deployment revision it runs;
+// and of its template, only the restart stamp: it shows a restart that
+// was rolled out even once the Deployment's template no longer carries it
+// (a GitOps sync put the template back). Nothing reads a ReplicaSet's
+// labels, other annotations, selector or status.
+func slimReplicaSet(rs *appsv1.ReplicaSet) *appsv1.ReplicaSet {
+	out := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: rs.Name, Namespace: rs.Namespace,
+		OwnerReferences: controllerOnly(rs.OwnerReferences)}}
+	if rev, ok := rs.Annotations[revisionAnno]; ok {
+		out.Annotations = map[string]string{revisionAnno: rev}
+	}
+	if stamp, ok := rs.Spec.Template.Annotations[canary.AnnotationRestartedAt]; ok {
+		out.Spec.Template.Annotations = map[string]string{canary.AnnotationRestartedAt: stamp}
+	}
+	return out
+}
+
+// slimRevision keeps what names a DaemonSet's current template: the
+// ControllerRevision's controller, revision number and hash label, not
+// its data.
+func slimRevision(r *appsv1.ControllerRevision) *appsv1.ControllerRevision {
+	out := &appsv1.ControllerRevision{ObjectMeta: metav1.ObjectMeta{Name: r.Name, Namespace: r.Namespace,
+		OwnerReferences: controllerOnly(r.OwnerReferences)}, Revision: r.Revision}
+	if hash, ok := r.Labels[appsv1.DefaultDaemonSetUniqueLabelKey]; ok {
+		out.Labels = map[string]string{appsv1.DefaultDaemonSetUniqueLabelKey: hash}
+	}
+	return out
+}
+
+// controllerOnly keeps of an object's owners its controller, the one
+// metav1.GetControllerOf reads; nil when it has none.
+func controllerOnly(owners []metav1.OwnerReference) []metav1.OwnerReference {
+	for _, o := range owners {
+		if o.Controller != nil && *o.Controller {
+			return []metav1.OwnerReference{{APIVersion: o.APIVersion, Kind: o.Kind, Name: o.Name, UID: o.UID, Controller: o.Controller}}
+		}
+	}
+	return nil
 }
 
 // slimPod keeps the pod fields the gates and the planner read.
