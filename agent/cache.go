@@ -217,15 +217,15 @@ func transform(keepPodAnnotations map[string]bool) cache.TransformFunc {
 // records and name a GitOps owner. Nothing reads a workload's owners,
 // finalizers or timestamps, nor kubectl's last applied configuration.
 func slimWorkloadMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
-	return metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion,
-		Generation: m.Generation, Labels: m.Labels, Annotations: withoutLastApplied(m.Annotations)}
+	return metav1.ObjectMeta{Name: m.Name, Namespace: intern(m.Namespace), UID: m.UID, ResourceVersion: m.ResourceVersion,
+		Generation: m.Generation, Labels: internMap(m.Labels), Annotations: internMap(withoutLastApplied(m.Annotations))}
 }
 
 // slimTemplate keeps of a pod template its labels, which selectors and
 // a move's persisted settings are checked against, and its annotations,
 // which carry the restart stamp and Istio's settings.
 func slimTemplate(t corev1.PodTemplateSpec) corev1.PodTemplateSpec {
-	return corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: t.Labels, Annotations: t.Annotations}}
+	return corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: internMap(t.Labels), Annotations: internMap(t.Annotations)}}
 }
 
 // withoutLastApplied drops kubectl's last applied configuration, a copy
@@ -285,13 +285,13 @@ func slimDaemonSet(d *appsv1.DaemonSet) *appsv1.DaemonSet {
 // (a GitOps sync put the template back). Nothing reads a ReplicaSet's
 // labels, other annotations, selector or status.
 func slimReplicaSet(rs *appsv1.ReplicaSet) *appsv1.ReplicaSet {
-	out := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: rs.Name, Namespace: rs.Namespace,
-		OwnerReferences: controllerOnly(rs.OwnerReferences)}}
+	out := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: rs.Name, Namespace: intern(rs.Namespace),
+		OwnerReferences: internOwners(controllerOnly(rs.OwnerReferences))}}
 	if rev, ok := rs.Annotations[revisionAnno]; ok {
-		out.Annotations = map[string]string{revisionAnno: rev}
+		out.Annotations = map[string]string{revisionAnno: intern(rev)}
 	}
 	if stamp, ok := rs.Spec.Template.Annotations[canary.AnnotationRestartedAt]; ok {
-		out.Spec.Template.Annotations = map[string]string{canary.AnnotationRestartedAt: stamp}
+		out.Spec.Template.Annotations = map[string]string{canary.AnnotationRestartedAt: intern(stamp)}
 	}
 	return out
 }
@@ -300,8 +300,8 @@ func slimReplicaSet(rs *appsv1.ReplicaSet) *appsv1.ReplicaSet {
 // ControllerRevision's controller, revision number and hash label, not
 // its data.
 func slimRevision(r *appsv1.ControllerRevision) *appsv1.ControllerRevision {
-	out := &appsv1.ControllerRevision{ObjectMeta: metav1.ObjectMeta{Name: r.Name, Namespace: r.Namespace,
-		OwnerReferences: controllerOnly(r.OwnerReferences)}, Revision: r.Revision}
+	out := &appsv1.ControllerRevision{ObjectMeta: metav1.ObjectMeta{Name: r.Name, Namespace: intern(r.Namespace),
+		OwnerReferences: internOwners(controllerOnly(r.OwnerReferences))}, Revision: r.Revision}
 	if hash, ok := r.Labels[appsv1.DefaultDaemonSetUniqueLabelKey]; ok {
 		out.Labels = map[string]string{appsv1.DefaultDaemonSetUniqueLabelKey: hash}
 	}
@@ -319,16 +319,17 @@ func controllerOnly(owners []metav1.OwnerReference) []metav1.OwnerReference {
 	return nil
 }
 
-// slimPod keeps the pod fields the gates and the planner read.
+// slimPod keeps the pod fields the gates and the planner read, with the
+// strings pods share interned.
 func slimPod(p *corev1.Pod, keep map[string]bool) *corev1.Pod {
 	out := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
-			Labels: p.Labels, OwnerReferences: p.OwnerReferences,
+			Name: p.Name, Namespace: intern(p.Namespace), UID: p.UID, ResourceVersion: p.ResourceVersion,
+			Labels: internMap(p.Labels), OwnerReferences: internOwners(p.OwnerReferences),
 			CreationTimestamp: p.CreationTimestamp, DeletionTimestamp: p.DeletionTimestamp,
 		},
-		Spec:   corev1.PodSpec{NodeName: p.Spec.NodeName},
-		Status: corev1.PodStatus{Phase: p.Status.Phase, PodIP: p.Status.PodIP},
+		Spec:   corev1.PodSpec{NodeName: intern(p.Spec.NodeName)},
+		Status: corev1.PodStatus{Phase: corev1.PodPhase(intern(string(p.Status.Phase))), PodIP: p.Status.PodIP},
 	}
 	if p.Labels["app"] == "istiod" {
 		// An istiod's image tag is its revision's proxy version.
@@ -341,17 +342,17 @@ func slimPod(p *corev1.Pod, keep map[string]bool) *corev1.Pod {
 			if out.Annotations == nil {
 				out.Annotations = map[string]string{}
 			}
-			out.Annotations[k] = v
+			out.Annotations[intern(k)] = intern(v)
 		}
 	}
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodReady {
-			out.Status.Conditions = []corev1.PodCondition{{Type: c.Type, Status: c.Status}}
+			out.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionStatus(intern(string(c.Status)))}}
 		}
 	}
 	for _, cs := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
 		if cs.State.Waiting != nil && cs.State.Waiting.Reason != "" {
-			out.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: cs.Name, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: cs.State.Waiting.Reason}}}}
+			out.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: cs.Name, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: intern(cs.State.Waiting.Reason)}}}}
 			break
 		}
 	}
