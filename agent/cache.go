@@ -35,7 +35,7 @@ type Caches struct {
 	// Revisions are the ControllerRevisions, without their data: the
 	// newest one a DaemonSet owns names its current template.
 	Revisions appslisters.ControllerRevisionLister
-	Pods      corelisters.PodLister
+	Pods      PodLister
 	PDBs      policylisters.PodDisruptionBudgetLister
 	Webhooks  admissionreglisters.MutatingWebhookConfigurationLister
 
@@ -72,7 +72,7 @@ func NewCaches(client kubernetes.Interface, resync time.Duration, persist []stri
 		StatefulSets: f.Apps().V1().StatefulSets().Lister(),
 		DaemonSets:   f.Apps().V1().DaemonSets().Lister(),
 		Revisions:    f.Apps().V1().ControllerRevisions().Lister(),
-		Pods:         f.Core().V1().Pods().Lister(),
+		Pods:         NewPodLister(f.Core().V1().Pods().Informer().GetIndexer()),
 		PDBs:         f.Policy().V1().PodDisruptionBudgets().Lister(),
 		Webhooks:     f.Admissionregistration().V1().MutatingWebhookConfigurations().Lister(),
 		informers: map[string]cache.SharedIndexInformer{
@@ -317,44 +317,4 @@ func controllerOnly(owners []metav1.OwnerReference) []metav1.OwnerReference {
 		}
 	}
 	return nil
-}
-
-// slimPod keeps the pod fields the gates and the planner read, with the
-// strings pods share interned.
-func slimPod(p *corev1.Pod, keep map[string]bool) *corev1.Pod {
-	out := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: p.Name, Namespace: intern(p.Namespace), UID: p.UID, ResourceVersion: p.ResourceVersion,
-			Labels: internMap(p.Labels), OwnerReferences: internOwners(p.OwnerReferences),
-			CreationTimestamp: p.CreationTimestamp, DeletionTimestamp: p.DeletionTimestamp,
-		},
-		Spec:   corev1.PodSpec{NodeName: intern(p.Spec.NodeName)},
-		Status: corev1.PodStatus{Phase: corev1.PodPhase(intern(string(p.Status.Phase))), PodIP: p.Status.PodIP},
-	}
-	if p.Labels["app"] == "istiod" {
-		// An istiod's image tag is its revision's proxy version.
-		for _, c := range p.Spec.Containers {
-			out.Spec.Containers = append(out.Spec.Containers, corev1.Container{Name: c.Name, Image: c.Image})
-		}
-	}
-	for k, v := range p.Annotations {
-		if keep[k] {
-			if out.Annotations == nil {
-				out.Annotations = map[string]string{}
-			}
-			out.Annotations[intern(k)] = intern(v)
-		}
-	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			out.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionStatus(intern(string(c.Status)))}}
-		}
-	}
-	for _, cs := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
-		if cs.State.Waiting != nil && cs.State.Waiting.Reason != "" {
-			out.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: cs.Name, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: intern(cs.State.Waiting.Reason)}}}}
-			break
-		}
-	}
-	return out
 }

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -63,7 +64,7 @@ func cachesOf(t testing.TB, tf cache.TransformFunc, objs ...runtime.Object) *Cac
 		StatefulSets: appslisters.NewStatefulSetLister(byKind["statefulsets"]),
 		DaemonSets:   appslisters.NewDaemonSetLister(byKind["daemonsets"]),
 		Revisions:    appslisters.NewControllerRevisionLister(byKind["revisions"]),
-		Pods:         corelisters.NewPodLister(byKind["pods"]),
+		Pods:         NewPodLister(byKind["pods"]),
 		PDBs:         policylisters.NewPodDisruptionBudgetLister(byKind["pdbs"]),
 		Webhooks:     admissionreglisters.NewMutatingWebhookConfigurationLister(byKind["webhooks"]),
 	}
@@ -193,4 +194,26 @@ func TestTheTransformKeepsOwnersAndIstiodsImages(t *testing.T) {
 	istiod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "istiod-1-26-x", Namespace: "istio-system", Labels: map[string]string{"app": "istiod"}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "discovery", Image: "docker.io/istio/pilot:1.26.1", Args: []string{"discovery"}}}}}
 	assert.Equal(t, "docker.io/istio/pilot:1.26.1", istiodImage(slimPod(istiod, nil)))
+}
+
+// The pod informer hands its handlers the kept pods: a change of an
+// istiod pod, in a namespace meshwave does not move, still requeues every
+// namespace that opted in, since istiod's readiness decides prechecks.
+func TestAnIstiodPodsChangeRequeuesEveryNamespace(t *testing.T) {
+	c, client, ctx := startTestController(t, nil, nil)
+	// Let the events of the initial list arrive, then forget them.
+	time.Sleep(100 * time.Millisecond)
+	for c.queue.Len() > 0 {
+		key, _ := c.queue.Get()
+		c.queue.Forget(key)
+		c.queue.Done(key)
+	}
+
+	_, err := client.CoreV1().Pods("istio-system").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "istiod-1-26-y", Namespace: "istio-system",
+		Labels: map[string]string{"app": "istiod", canary.LabelRev: "1-26"}}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return c.queue.Len() == 1 }, 5*time.Second, 10*time.Millisecond)
+	key, _ := c.queue.Get()
+	defer c.queue.Done(key)
+	assert.Equal(t, "shop", key)
 }

@@ -213,7 +213,7 @@ func (c *Controller) enqueueOwnerNamespace(obj any) {
 	}
 	var ns string
 	switch o := obj.(type) {
-	case *corev1.Pod:
+	case *CachedPod:
 		if o.Namespace == c.cfg.RootNamespace && o.Labels["app"] == "istiod" {
 			c.enqueueAll()
 			return

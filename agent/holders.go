@@ -70,7 +70,7 @@ func (c *Caches) Holders(rootNamespace string, sizes canary.WaveSizes, wants fun
 			continue
 		}
 		byRevision[rev] = append(byRevision[rev], canary.HolderPod{
-			Namespace: p.Namespace, Name: p.Name, Owner: c.ownerOf(p), Phase: string(p.Status.Phase),
+			Namespace: p.Namespace, Name: p.Name, Owner: c.ownerOf(p), Phase: string(p.Phase),
 			Terminating: p.DeletionTimestamp != nil, RevLabel: p.Labels[canary.LabelRev],
 		})
 	}
@@ -164,7 +164,7 @@ func (c *Caches) holderNamespaces(byRevision map[string][]canary.HolderPod, root
 // the CronJob behind its Job, its StatefulSet or DaemonSet, or the pod
 // itself when nothing controls it. A ReplicaSet or Job the caches do not
 // hold (deleted, orphaning the pod, or Jobs not watched) is named as is.
-func (c *Caches) ownerOf(p *corev1.Pod) canary.Owner {
+func (c *Caches) ownerOf(p *CachedPod) canary.Owner {
 	ref := metav1.GetControllerOfNoCopy(p)
 	if ref == nil {
 		return canary.Owner{Kind: canary.OwnerPod, Name: p.Name}

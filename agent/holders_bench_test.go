@@ -89,7 +89,7 @@ func largeCluster(b *testing.B, namespaces, deployments, pods int, onSource func
 		Namespaces:  corelisters.NewNamespaceLister(nsIdx),
 		Deployments: appslisters.NewDeploymentLister(depIdx),
 		ReplicaSets: appslisters.NewReplicaSetLister(rsIdx),
-		Pods:        corelisters.NewPodLister(podIdx),
+		Pods:        NewPodLister(podIdx),
 		PDBs:        policylisters.NewPodDisruptionBudgetLister(pdbIdx),
 		Webhooks:    admissionreglisters.NewMutatingWebhookConfigurationLister(mwcIdx),
 		Jobs:        cache.NewGenericLister(jobIdx, jobsResource.GroupResource()),
