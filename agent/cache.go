@@ -178,10 +178,11 @@ func (c *Caches) Shutdown() {
 // on an object a streaming list returns (into the reflector's store, then
 // into the queue), so it keeps all of what it kept.
 func transform(keepPodAnnotations map[string]bool) cache.TransformFunc {
+	podMeta := newMetaPool()
 	return func(obj any) (any, error) {
 		switch o := obj.(type) {
 		case *corev1.Pod:
-			return slimPod(o, keepPodAnnotations), nil
+			return podMeta.share(slimPod(o, keepPodAnnotations)), nil
 		case *appsv1.Deployment:
 			return slimDeployment(o), nil
 		case *appsv1.ReplicaSet:

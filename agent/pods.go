@@ -29,6 +29,9 @@ type CachedPod struct {
 	// Containers are the names and images of an istiod pod's containers,
 	// whose image tag is its revision's proxy version; nil for other pods.
 	Containers []ContainerImage
+	// shared keeps alive the pool's entry of the labels and annotations
+	// the pod shares with others; nil when they are its own.
+	shared *sharedMeta
 }
 
 // ContainerImage is a container's name and image.
