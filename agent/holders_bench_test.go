@@ -86,12 +86,15 @@ func largeCluster(b *testing.B, namespaces, deployments, pods int, onSource func
 		}
 	}
 	return &Caches{
-		Namespaces:  corelisters.NewNamespaceLister(nsIdx),
-		Deployments: appslisters.NewDeploymentLister(depIdx),
-		ReplicaSets: appslisters.NewReplicaSetLister(rsIdx),
-		Pods:        NewPodLister(podIdx),
-		PDBs:        policylisters.NewPodDisruptionBudgetLister(pdbIdx),
-		Webhooks:    admissionreglisters.NewMutatingWebhookConfigurationLister(mwcIdx),
-		Jobs:        cache.NewGenericLister(jobIdx, jobsResource.GroupResource()),
+		Namespaces:   corelisters.NewNamespaceLister(nsIdx),
+		Deployments:  appslisters.NewDeploymentLister(depIdx),
+		StatefulSets: appslisters.NewStatefulSetLister(index()),
+		DaemonSets:   appslisters.NewDaemonSetLister(index()),
+		Revisions:    appslisters.NewControllerRevisionLister(index()),
+		ReplicaSets:  appslisters.NewReplicaSetLister(rsIdx),
+		Pods:         NewPodLister(podIdx),
+		PDBs:         policylisters.NewPodDisruptionBudgetLister(pdbIdx),
+		Webhooks:     admissionreglisters.NewMutatingWebhookConfigurationLister(mwcIdx),
+		Jobs:         cache.NewGenericLister(jobIdx, jobsResource.GroupResource()),
 	}
 }
