@@ -29,13 +29,13 @@ type Caches struct {
 	factory      informers.SharedInformerFactory
 	Namespaces   corelisters.NamespaceLister
 	Deployments  appslisters.DeploymentLister
-	ReplicaSets  appslisters.ReplicaSetLister
+	ReplicaSets  Lister[*CachedReplicaSet]
 	StatefulSets appslisters.StatefulSetLister
 	DaemonSets   appslisters.DaemonSetLister
 	// Revisions are the ControllerRevisions, without their data: the
 	// newest one a DaemonSet owns names its current template.
 	Revisions appslisters.ControllerRevisionLister
-	Pods      PodLister
+	Pods      Lister[*CachedPod]
 	PDBs      policylisters.PodDisruptionBudgetLister
 	Webhooks  admissionreglisters.MutatingWebhookConfigurationLister
 
@@ -68,7 +68,7 @@ func NewCaches(client kubernetes.Interface, resync time.Duration, persist []stri
 		factory:      f,
 		Namespaces:   f.Core().V1().Namespaces().Lister(),
 		Deployments:  f.Apps().V1().Deployments().Lister(),
-		ReplicaSets:  f.Apps().V1().ReplicaSets().Lister(),
+		ReplicaSets:  NewReplicaSetLister(f.Apps().V1().ReplicaSets().Informer().GetIndexer()),
 		StatefulSets: f.Apps().V1().StatefulSets().Lister(),
 		DaemonSets:   f.Apps().V1().DaemonSets().Lister(),
 		Revisions:    f.Apps().V1().ControllerRevisions().Lister(),
@@ -277,24 +277,6 @@ func slimDaemonSet(d *appsv1.DaemonSet) *appsv1.DaemonSet {
 			CurrentNumberScheduled: d.Status.CurrentNumberScheduled, UpdatedNumberScheduled: d.Status.UpdatedNumberScheduled,
 			NumberReady: d.Status.NumberReady, NumberAvailable: d.Status.NumberAvailable},
 	}
-}
-
-// slimReplicaSet keeps what resolves a pod to its Deployment: the
-// ReplicaSet's name and controller, and the Deployment revision it runs;
-// and of its template, only the restart stamp: it shows a restart that
-// was rolled out even once the Deployment's template no longer carries it
-// (a GitOps sync put the template back). Nothing reads a ReplicaSet's
-// labels, other annotations, selector or status.
-func slimReplicaSet(rs *appsv1.ReplicaSet) *appsv1.ReplicaSet {
-	out := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: rs.Name, Namespace: intern(rs.Namespace),
-		OwnerReferences: internOwners(controllerOnly(rs.OwnerReferences))}}
-	if rev, ok := rs.Annotations[revisionAnno]; ok {
-		out.Annotations = map[string]string{revisionAnno: intern(rev)}
-	}
-	if stamp, ok := rs.Spec.Template.Annotations[canary.AnnotationRestartedAt]; ok {
-		out.Spec.Template.Annotations = map[string]string{canary.AnnotationRestartedAt: intern(stamp)}
-	}
-	return out
 }
 
 // slimRevision keeps what names a DaemonSet's current template: the

@@ -60,7 +60,7 @@ func cachesOf(t testing.TB, tf cache.TransformFunc, objs ...runtime.Object) *Cac
 	return &Caches{
 		Namespaces:   corelisters.NewNamespaceLister(byKind["namespaces"]),
 		Deployments:  appslisters.NewDeploymentLister(byKind["deployments"]),
-		ReplicaSets:  appslisters.NewReplicaSetLister(byKind["replicasets"]),
+		ReplicaSets:  NewReplicaSetLister(byKind["replicasets"]),
 		StatefulSets: appslisters.NewStatefulSetLister(byKind["statefulsets"]),
 		DaemonSets:   appslisters.NewDaemonSetLister(byKind["daemonsets"]),
 		Revisions:    appslisters.NewControllerRevisionLister(byKind["revisions"]),
@@ -139,11 +139,15 @@ func TestTheCachesKeepWhatMeshwaveReads(t *testing.T) {
 	objs := clusterAsServed()
 	keep := map[string]bool{canary.AnnotationSidecar: true, "sidecar.istio.io/proxyCPU": true}
 	slim := cachesOf(t, transform(keep), objs...)
-	// Pods are kept alike on both sides: TestTheTransformKeepsOwnersAndIstiodsImages
+	// Pods and ReplicaSets, which the caches hold in types of their own,
+	// are kept alike on both sides: TestTheTransformKeepsWhatTheOwnTypesHold
 	// and the gather tests check what is kept of them.
 	whole := cachesOf(t, func(obj any) (any, error) {
-		if p, ok := obj.(*corev1.Pod); ok {
-			return slimPod(p, keep), nil
+		switch o := obj.(type) {
+		case *corev1.Pod:
+			return slimPod(o, keep), nil
+		case *appsv1.ReplicaSet:
+			return slimReplicaSet(o), nil
 		}
 		m := obj.(metav1.Object)
 		m.SetAnnotations(withoutLastApplied(m.GetAnnotations()))
@@ -182,13 +186,16 @@ func TestTheTransformKeepsAKeptObject(t *testing.T) {
 	}
 }
 
-// A ReplicaSet keeps its controller, and an istiod pod its images.
-func TestTheTransformKeepsOwnersAndIstiodsImages(t *testing.T) {
-	rs := replicaSetOf(appliedDeployment("shop", "cart", 1), templateHash, 1)
+// A ReplicaSet keeps its controller, revision and restart stamp, and an
+// istiod pod its images.
+func TestTheTransformKeepsWhatTheOwnTypesHold(t *testing.T) {
+	rs := replicaSetOf(appliedDeployment("shop", "cart", 1), templateHash, 4)
 	rs.OwnerReferences = append([]metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "not-the-controller"}}, rs.OwnerReferences...)
+	rs.Spec.Template.Annotations = map[string]string{canary.AnnotationRestartedAt: "2025-03-01T12:00:00Z", "sidecar.istio.io/proxyCPU": "100m"}
 	kept := slimReplicaSet(rs)
-	assert.Equal(t, []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "cart", UID: rs.OwnerReferences[1].UID, Controller: ptr.To(true)}},
-		kept.OwnerReferences)
+	assert.Equal(t, &CachedReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "cart-" + templateHash, Namespace: "shop",
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "cart", UID: rs.OwnerReferences[1].UID, Controller: ptr.To(true)}}},
+		Revision: "4", RestartedAt: "2025-03-01T12:00:00Z"}, kept)
 	assert.Equal(t, "cart", metav1.GetControllerOf(kept).Name)
 
 	istiod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "istiod-1-26-x", Namespace: "istio-system", Labels: map[string]string{"app": "istiod"}},

@@ -66,11 +66,11 @@ func (c *Caches) workloads(ns string) ([]canary.Workload, error) {
 	if len(deps)+len(stss)+len(dss) == 0 {
 		return nil, nil
 	}
-	rss, err := c.ReplicaSets.ReplicaSets(ns).List(labels.Everything())
+	rss, err := c.ReplicaSets.In(ns).List(labels.Everything())
 	if err != nil {
 		return nil, err
 	}
-	pods, err := c.Pods.Pods(ns).List(labels.Everything())
+	pods, err := c.Pods.In(ns).List(labels.Everything())
 	if err != nil {
 		return nil, err
 	}
@@ -91,8 +91,8 @@ func (c *Caches) workloads(ns string) ([]canary.Workload, error) {
 	rolledOut := map[string]time.Time{}
 	for _, rs := range rss {
 		if owner := metav1.GetControllerOf(rs); owner != nil && owner.Kind == "Deployment" {
-			rsOwner[rs.Name] = rsInfo{deployment: owner.Name, revision: rs.Annotations[revisionAnno]}
-			if at, err := time.Parse(time.RFC3339, rs.Spec.Template.Annotations[canary.AnnotationRestartedAt]); err == nil && at.After(rolledOut[owner.Name]) {
+			rsOwner[rs.Name] = rsInfo{deployment: owner.Name, revision: rs.Revision}
+			if at, err := time.Parse(time.RFC3339, rs.RestartedAt); err == nil && at.After(rolledOut[owner.Name]) {
 				rolledOut[owner.Name] = at
 			}
 		}
@@ -160,7 +160,7 @@ func (c *Caches) workloads(ns string) ([]canary.Workload, error) {
 // the CronJob behind it), a ReplicaSet without a Deployment, nothing at
 // all (a bare pod), anything else.
 func (c *Caches) unmovable(ns string) ([]canary.Unmovable, error) {
-	pods, err := c.Pods.Pods(ns).List(labels.Everything())
+	pods, err := c.Pods.In(ns).List(labels.Everything())
 	if err != nil {
 		return nil, err
 	}
@@ -341,7 +341,7 @@ func (c *Caches) mesh(rootNamespace string) (canary.Mesh, error) {
 			m.Revisions[rev] = canary.Revision{Name: rev}
 		}
 	}
-	istiods, err := c.Pods.Pods(rootNamespace).List(labels.SelectorFromSet(labels.Set{"app": "istiod"}))
+	istiods, err := c.Pods.In(rootNamespace).List(labels.SelectorFromSet(labels.Set{"app": "istiod"}))
 	if err != nil {
 		return m, err
 	}
@@ -394,7 +394,7 @@ func istiodImage(p *CachedPod) string {
 // their IPs, for the sync gate.
 func (c *Caches) Istiods(rootNamespace string) func(string) []analysis.Istiod {
 	return func(rev string) []analysis.Istiod {
-		pods, err := c.Pods.Pods(rootNamespace).List(labels.SelectorFromSet(labels.Set{"app": "istiod", canary.LabelRev: rev}))
+		pods, err := c.Pods.In(rootNamespace).List(labels.SelectorFromSet(labels.Set{"app": "istiod", canary.LabelRev: rev}))
 		if err != nil {
 			return nil
 		}

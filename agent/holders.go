@@ -196,7 +196,7 @@ func (c *Caches) ownerOf(p *CachedPod) canary.Owner {
 	}
 	switch ref.Kind {
 	case canary.OwnerReplicaSet:
-		if rs, err := c.ReplicaSets.ReplicaSets(p.Namespace).Get(ref.Name); err == nil {
+		if rs, err := c.ReplicaSets.In(p.Namespace).Get(ref.Name); err == nil {
 			if up := metav1.GetControllerOfNoCopy(rs); up != nil {
 				return canary.Owner{Kind: up.Kind, Name: up.Name}
 			}

@@ -2,10 +2,7 @@ package agent
 
 import (
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/tools/cache"
 )
 
 // CachedPod is what the caches keep of a pod: its metadata, of its
@@ -100,55 +97,4 @@ func waiting(s corev1.PodStatus) string {
 		}
 	}
 	return ""
-}
-
-// PodLister lists and gets the cached pods.
-type PodLister struct {
-	indexer cache.Indexer
-}
-
-// NewPodLister lists the pods of an indexer that holds CachedPods.
-func NewPodLister(indexer cache.Indexer) PodLister {
-	return PodLister{indexer: indexer}
-}
-
-// List lists the pods of every namespace that selector matches.
-func (l PodLister) List(selector labels.Selector) ([]*CachedPod, error) {
-	var out []*CachedPod
-	err := cache.ListAll(l.indexer, selector, func(obj any) {
-		out = append(out, obj.(*CachedPod))
-	})
-	return out, err
-}
-
-// Pods lists and gets the pods of one namespace.
-func (l PodLister) Pods(namespace string) PodNamespaceLister {
-	return PodNamespaceLister{indexer: l.indexer, namespace: namespace}
-}
-
-// PodNamespaceLister lists and gets the cached pods of one namespace.
-type PodNamespaceLister struct {
-	indexer   cache.Indexer
-	namespace string
-}
-
-// List lists the namespace's pods that selector matches.
-func (l PodNamespaceLister) List(selector labels.Selector) ([]*CachedPod, error) {
-	var out []*CachedPod
-	err := cache.ListAllByNamespace(l.indexer, l.namespace, selector, func(obj any) {
-		out = append(out, obj.(*CachedPod))
-	})
-	return out, err
-}
-
-// Get returns the namespace's pod of that name, or a NotFound error.
-func (l PodNamespaceLister) Get(name string) (*CachedPod, error) {
-	obj, exists, err := l.indexer.GetByKey(l.namespace + "/" + name)
-	if err != nil {
-		return nil, err
-	}
-	if !exists {
-		return nil, apierrors.NewNotFound(corev1.Resource("pod"), name)
-	}
-	return obj.(*CachedPod), nil
 }
