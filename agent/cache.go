@@ -176,7 +176,8 @@ func (c *Caches) Shutdown() {
 // cluster as little as it can. It runs on objects the informer has just
 // decoded and owns, so it may take their maps and strings. It runs twice
 // on an object a streaming list returns (into the reflector's store, then
-// into the queue), so it keeps all of what it kept.
+// into the queue), so it keeps all of what it kept, and passes a
+// CachedPod or CachedReplicaSet through as it is.
 func transform(keepPodAnnotations map[string]bool) cache.TransformFunc {
 	podMeta := newMetaPool()
 	return func(obj any) (any, error) {

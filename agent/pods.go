@@ -9,7 +9,7 @@ import (
 // annotations only those meshwave reads, and the few fields of its spec
 // and status the gates and the planner read. A corev1.Pod is a struct of
 // 1,240 bytes, nearly all of them spec and status fields a slimmed pod
-// leaves empty; a CachedPod is 328, most of them its metadata.
+// leaves empty; a CachedPod is 336, most of them its metadata.
 type CachedPod struct {
 	metav1.ObjectMeta
 	// Node is spec.nodeName.

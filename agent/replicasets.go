@@ -12,7 +12,7 @@ import (
 // annotations gather reads. A Deployment keeps its old ReplicaSets (ten
 // by default), so there are often several times as many ReplicaSets as
 // Deployments; an appsv1.ReplicaSet is a struct of 1,168 bytes, nearly
-// all of them spec and status, and a CachedReplicaSet 288.
+// all of them spec and status, and a CachedReplicaSet 264.
 type CachedReplicaSet struct {
 	metav1.ObjectMeta
 	// Revision is its deployment.kubernetes.io/revision annotation: the
