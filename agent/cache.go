@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -30,13 +29,13 @@ type Caches struct {
 	factory      informers.SharedInformerFactory
 	Namespaces   corelisters.NamespaceLister
 	Deployments  appslisters.DeploymentLister
-	ReplicaSets  appslisters.ReplicaSetLister
+	ReplicaSets  Lister[*CachedReplicaSet]
 	StatefulSets appslisters.StatefulSetLister
 	DaemonSets   appslisters.DaemonSetLister
 	// Revisions are the ControllerRevisions, without their data: the
 	// newest one a DaemonSet owns names its current template.
 	Revisions appslisters.ControllerRevisionLister
-	Pods      corelisters.PodLister
+	Pods      Lister[*CachedPod]
 	PDBs      policylisters.PodDisruptionBudgetLister
 	Webhooks  admissionreglisters.MutatingWebhookConfigurationLister
 
@@ -56,8 +55,9 @@ type Caches struct {
 
 // NewCaches builds the informers. Their transform keeps only what
 // meshwave reads, so that a cluster of 100k pods fits in a small cache:
-// no managedFields, no pod or template specs, and of a pod's annotations
-// only the sidecar status and the keys in persist.
+// no managedFields, no pod or template specs, no selectors or
+// conditions, no kubectl last applied configuration, and of a pod's
+// annotations only the sidecar status and the keys in persist.
 func NewCaches(client kubernetes.Interface, resync time.Duration, persist []string) *Caches {
 	keep := map[string]bool{canary.AnnotationSidecar: true}
 	for _, k := range persist {
@@ -68,11 +68,11 @@ func NewCaches(client kubernetes.Interface, resync time.Duration, persist []stri
 		factory:      f,
 		Namespaces:   f.Core().V1().Namespaces().Lister(),
 		Deployments:  f.Apps().V1().Deployments().Lister(),
-		ReplicaSets:  f.Apps().V1().ReplicaSets().Lister(),
+		ReplicaSets:  NewReplicaSetLister(f.Apps().V1().ReplicaSets().Informer().GetIndexer()),
 		StatefulSets: f.Apps().V1().StatefulSets().Lister(),
 		DaemonSets:   f.Apps().V1().DaemonSets().Lister(),
 		Revisions:    f.Apps().V1().ControllerRevisions().Lister(),
-		Pods:         f.Core().V1().Pods().Lister(),
+		Pods:         NewPodLister(f.Core().V1().Pods().Informer().GetIndexer()),
 		PDBs:         f.Policy().V1().PodDisruptionBudgets().Lister(),
 		Webhooks:     f.Admissionregistration().V1().MutatingWebhookConfigurations().Lister(),
 		informers: map[string]cache.SharedIndexInformer{
@@ -171,41 +171,32 @@ func (c *Caches) Shutdown() {
 	}
 }
 
+// transform returns the informers' transform: it keeps of each object
+// what meshwave reads, so that what the caches hold grows with the
+// cluster as little as it can. It runs on objects the informer has just
+// decoded and owns, so it may take their maps and strings. It runs twice
+// on an object a streaming list returns (into the reflector's store, then
+// into the queue), so it keeps all of what it kept, and passes a
+// CachedPod or CachedReplicaSet through as it is.
 func transform(keepPodAnnotations map[string]bool) cache.TransformFunc {
+	podMeta := newMetaPool()
 	return func(obj any) (any, error) {
 		switch o := obj.(type) {
 		case *corev1.Pod:
-			return slimPod(o, keepPodAnnotations), nil
+			return podMeta.share(slimPod(o, keepPodAnnotations)), nil
 		case *appsv1.Deployment:
-			o.ManagedFields = nil
-			o.Spec.Template.Spec = corev1.PodSpec{}
-			return o, nil
+			return slimDeployment(o), nil
 		case *appsv1.ReplicaSet:
-			// Of the template, only its restart stamp: it shows a restart
-			// that was rolled out even once the Deployment's template no
-			// longer carries it (a GitOps sync put the template back).
-			stamp, stamped := o.Spec.Template.Annotations[canary.AnnotationRestartedAt]
-			o.ManagedFields = nil
-			o.Spec.Template = corev1.PodTemplateSpec{}
-			if stamped {
-				o.Spec.Template.Annotations = map[string]string{canary.AnnotationRestartedAt: stamp}
-			}
-			return o, nil
+			return slimReplicaSet(o), nil
 		case *appsv1.StatefulSet:
-			o.ManagedFields = nil
-			o.Spec.Template.Spec = corev1.PodSpec{}
-			o.Spec.VolumeClaimTemplates = nil
-			return o, nil
+			return slimStatefulSet(o), nil
 		case *appsv1.DaemonSet:
-			o.ManagedFields = nil
-			o.Spec.Template.Spec = corev1.PodSpec{}
-			return o, nil
+			return slimDaemonSet(o), nil
 		case *appsv1.ControllerRevision:
-			o.ManagedFields = nil
-			o.Data = runtime.RawExtension{}
-			return o, nil
+			return slimRevision(o), nil
 		case *corev1.Namespace:
 			o.ManagedFields = nil
+			o.Annotations = withoutLastApplied(o.Annotations)
 			return o, nil
 		case *policyv1.PodDisruptionBudget:
 			o.ManagedFields = nil
@@ -221,41 +212,93 @@ func transform(keepPodAnnotations map[string]bool) cache.TransformFunc {
 	}
 }
 
-// slimPod keeps the pod fields the gates and the planner read.
-func slimPod(p *corev1.Pod, keep map[string]bool) *corev1.Pod {
-	out := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
-			Labels: p.Labels, OwnerReferences: p.OwnerReferences,
-			CreationTimestamp: p.CreationTimestamp, DeletionTimestamp: p.DeletionTimestamp,
-		},
-		Spec:   corev1.PodSpec{NodeName: p.Spec.NodeName},
-		Status: corev1.PodStatus{Phase: p.Status.Phase, PodIP: p.Status.PodIP},
+// slimWorkloadMeta keeps of a workload's metadata what names it (an
+// Event on it names its UID and resourceVersion too), its generation,
+// which the rollout gate compares with the status's observedGeneration,
+// and its labels and annotations, which carry meshwave's settings and
+// records and name a GitOps owner. Nothing reads a workload's owners,
+// finalizers or timestamps, nor kubectl's last applied configuration.
+func slimWorkloadMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: m.Name, Namespace: intern(m.Namespace), UID: m.UID, ResourceVersion: m.ResourceVersion,
+		Generation: m.Generation, Labels: internMap(m.Labels), Annotations: internMap(withoutLastApplied(m.Annotations))}
+}
+
+// slimTemplate keeps of a pod template its labels, which selectors and
+// a move's persisted settings are checked against, and its annotations,
+// which carry the restart stamp and Istio's settings.
+func slimTemplate(t corev1.PodTemplateSpec) corev1.PodTemplateSpec {
+	return corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: internMap(t.Labels), Annotations: internMap(t.Annotations)}}
+}
+
+// withoutLastApplied drops kubectl's last applied configuration, a copy
+// of the whole object as applied that nothing in meshwave reads, from a
+// freshly decoded object's annotations; nil when none remain.
+func withoutLastApplied(annotations map[string]string) map[string]string {
+	delete(annotations, corev1.LastAppliedConfigAnnotation)
+	if len(annotations) == 0 {
+		return nil
 	}
-	if p.Labels["app"] == "istiod" {
-		// An istiod's image tag is its revision's proxy version.
-		for _, c := range p.Spec.Containers {
-			out.Spec.Containers = append(out.Spec.Containers, corev1.Container{Name: c.Name, Image: c.Image})
-		}
+	return annotations
+}
+
+// slimDeployment keeps what workloadOf reads: no selector, strategy or
+// conditions.
+func slimDeployment(d *appsv1.Deployment) *appsv1.Deployment {
+	return &appsv1.Deployment{
+		ObjectMeta: slimWorkloadMeta(d.ObjectMeta),
+		Spec:       appsv1.DeploymentSpec{Replicas: d.Spec.Replicas, Paused: d.Spec.Paused, Template: slimTemplate(d.Spec.Template)},
+		Status: appsv1.DeploymentStatus{ObservedGeneration: d.Status.ObservedGeneration, Replicas: d.Status.Replicas,
+			UpdatedReplicas: d.Status.UpdatedReplicas, ReadyReplicas: d.Status.ReadyReplicas, AvailableReplicas: d.Status.AvailableReplicas},
 	}
-	for k, v := range p.Annotations {
-		if keep[k] {
-			if out.Annotations == nil {
-				out.Annotations = map[string]string{}
-			}
-			out.Annotations[k] = v
-		}
+}
+
+// slimStatefulSet keeps what statefulSetWorkload reads: the update
+// strategy, and the status with its revisions; no selector, claim
+// templates or conditions.
+func slimStatefulSet(s *appsv1.StatefulSet) *appsv1.StatefulSet {
+	return &appsv1.StatefulSet{
+		ObjectMeta: slimWorkloadMeta(s.ObjectMeta),
+		Spec: appsv1.StatefulSetSpec{Replicas: s.Spec.Replicas, Template: slimTemplate(s.Spec.Template),
+			UpdateStrategy: s.Spec.UpdateStrategy},
+		Status: appsv1.StatefulSetStatus{ObservedGeneration: s.Status.ObservedGeneration, Replicas: s.Status.Replicas,
+			UpdatedReplicas: s.Status.UpdatedReplicas, ReadyReplicas: s.Status.ReadyReplicas, AvailableReplicas: s.Status.AvailableReplicas,
+			CurrentRevision: s.Status.CurrentRevision, UpdateRevision: s.Status.UpdateRevision},
 	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			out.Status.Conditions = []corev1.PodCondition{{Type: c.Type, Status: c.Status}}
-		}
+}
+
+// slimDaemonSet keeps what daemonSetWorkload and daemonPodCurrent read:
+// the update strategy's type, the template generation annotation and the
+// status's counts; no selector or conditions.
+func slimDaemonSet(d *appsv1.DaemonSet) *appsv1.DaemonSet {
+	return &appsv1.DaemonSet{
+		ObjectMeta: slimWorkloadMeta(d.ObjectMeta),
+		Spec: appsv1.DaemonSetSpec{Template: slimTemplate(d.Spec.Template),
+			UpdateStrategy: appsv1.DaemonSetUpdateStrategy{Type: d.Spec.UpdateStrategy.Type}},
+		Status: appsv1.DaemonSetStatus{ObservedGeneration: d.Status.ObservedGeneration, DesiredNumberScheduled: d.Status.DesiredNumberScheduled,
+			CurrentNumberScheduled: d.Status.CurrentNumberScheduled, UpdatedNumberScheduled: d.Status.UpdatedNumberScheduled,
+			NumberReady: d.Status.NumberReady, NumberAvailable: d.Status.NumberAvailable},
 	}
-	for _, cs := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
-		if cs.State.Waiting != nil && cs.State.Waiting.Reason != "" {
-			out.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: cs.Name, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: cs.State.Waiting.Reason}}}}
-			break
-		}
+}
+
+// slimRevision keeps what names a DaemonSet's current template: the
+// ControllerRevision's controller, revision number and hash label, not
+// its data.
+func slimRevision(r *appsv1.ControllerRevision) *appsv1.ControllerRevision {
+	out := &appsv1.ControllerRevision{ObjectMeta: metav1.ObjectMeta{Name: r.Name, Namespace: intern(r.Namespace),
+		OwnerReferences: internOwners(controllerOnly(r.OwnerReferences))}, Revision: r.Revision}
+	if hash, ok := r.Labels[appsv1.DefaultDaemonSetUniqueLabelKey]; ok {
+		out.Labels = map[string]string{appsv1.DefaultDaemonSetUniqueLabelKey: hash}
 	}
 	return out
+}
+
+// controllerOnly keeps of an object's owners its controller, the one
+// metav1.GetControllerOf reads; nil when it has none.
+func controllerOnly(owners []metav1.OwnerReference) []metav1.OwnerReference {
+	for _, o := range owners {
+		if o.Controller != nil && *o.Controller {
+			return []metav1.OwnerReference{{APIVersion: o.APIVersion, Kind: o.Kind, Name: o.Name, UID: o.UID, Controller: o.Controller}}
+		}
+	}
+	return nil
 }

@@ -213,7 +213,7 @@ func (c *Controller) enqueueOwnerNamespace(obj any) {
 	}
 	var ns string
 	switch o := obj.(type) {
-	case *corev1.Pod:
+	case *CachedPod:
 		if o.Namespace == c.cfg.RootNamespace && o.Labels["app"] == "istiod" {
 			c.enqueueAll()
 			return
@@ -426,7 +426,7 @@ func (c *Controller) cachedWorkload(ns string) func(string) (string, string, boo
 // not being deleted.
 func (c *Controller) cachedPod(ns string) func(string) (string, bool) {
 	return func(name string) (string, bool) {
-		p, err := c.caches.Pods.Pods(ns).Get(name)
+		p, err := c.caches.Pods.In(ns).Get(name)
 		if err != nil || p.DeletionTimestamp != nil {
 			return "", false
 		}

@@ -66,11 +66,11 @@ func (c *Caches) workloads(ns string) ([]canary.Workload, error) {
 	if len(deps)+len(stss)+len(dss) == 0 {
 		return nil, nil
 	}
-	rss, err := c.ReplicaSets.ReplicaSets(ns).List(labels.Everything())
+	rss, err := c.ReplicaSets.In(ns).List(labels.Everything())
 	if err != nil {
 		return nil, err
 	}
-	pods, err := c.Pods.Pods(ns).List(labels.Everything())
+	pods, err := c.Pods.In(ns).List(labels.Everything())
 	if err != nil {
 		return nil, err
 	}
@@ -91,15 +91,15 @@ func (c *Caches) workloads(ns string) ([]canary.Workload, error) {
 	rolledOut := map[string]time.Time{}
 	for _, rs := range rss {
 		if owner := metav1.GetControllerOf(rs); owner != nil && owner.Kind == "Deployment" {
-			rsOwner[rs.Name] = rsInfo{deployment: owner.Name, revision: rs.Annotations[revisionAnno]}
-			if at, err := time.Parse(time.RFC3339, rs.Spec.Template.Annotations[canary.AnnotationRestartedAt]); err == nil && at.After(rolledOut[owner.Name]) {
+			rsOwner[rs.Name] = rsInfo{deployment: owner.Name, revision: rs.Revision}
+			if at, err := time.Parse(time.RFC3339, rs.RestartedAt); err == nil && at.After(rolledOut[owner.Name]) {
 				rolledOut[owner.Name] = at
 			}
 		}
 	}
-	podsOf := map[string][]*corev1.Pod{}
-	podsOfUID := map[types.UID][]*corev1.Pod{}
-	rsOf := map[*corev1.Pod]rsInfo{}
+	podsOf := map[string][]*CachedPod{}
+	podsOfUID := map[types.UID][]*CachedPod{}
+	rsOf := map[*CachedPod]rsInfo{}
 	for _, p := range pods {
 		owner := metav1.GetControllerOf(p)
 		if owner == nil {
@@ -160,13 +160,13 @@ func (c *Caches) workloads(ns string) ([]canary.Workload, error) {
 // the CronJob behind it), a ReplicaSet without a Deployment, nothing at
 // all (a bare pod), anything else.
 func (c *Caches) unmovable(ns string) ([]canary.Unmovable, error) {
-	pods, err := c.Pods.Pods(ns).List(labels.Everything())
+	pods, err := c.Pods.In(ns).List(labels.Everything())
 	if err != nil {
 		return nil, err
 	}
 	byID := map[string]map[string]int{}
 	for _, p := range pods {
-		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		if p.DeletionTimestamp != nil || p.Phase == corev1.PodSucceeded || p.Phase == corev1.PodFailed {
 			continue
 		}
 		if _, ok := p.Annotations[canary.AnnotationSidecar]; !ok {
@@ -281,7 +281,7 @@ func (c *Caches) currentDaemonSetHash(d *appsv1.DaemonSet) string {
 // metadata.generation: a change of anything else in the spec
 // (minReadySeconds, the update strategy) moves the one and not the other,
 // e.g. generation 5 with template generation 3.
-func daemonPodCurrent(p *corev1.Pod, d *appsv1.DaemonSet, hash string) bool {
+func daemonPodCurrent(p *CachedPod, d *appsv1.DaemonSet, hash string) bool {
 	if hash != "" && p.Labels[appsv1.DefaultDaemonSetUniqueLabelKey] == hash {
 		return true
 	}
@@ -292,27 +292,18 @@ func daemonPodCurrent(p *corev1.Pod, d *appsv1.DaemonSet, hash string) bool {
 	return p.Labels[appsv1.DeprecatedTemplateGeneration] == gen
 }
 
-func podOf(p *corev1.Pod) canary.Pod {
-	out := canary.Pod{
+func podOf(p *CachedPod) canary.Pod {
+	return canary.Pod{
 		Name: p.Name, Labels: p.Labels, Annotations: p.Annotations,
 		CreatedAt:   p.CreationTimestamp.Time,
-		Running:     p.Status.Phase == corev1.PodRunning,
+		Running:     p.Phase == corev1.PodRunning,
+		Ready:       p.Ready,
 		Terminating: p.DeletionTimestamp != nil,
-		Node:        p.Spec.NodeName,
+		Waiting:     p.Waiting,
+		Node:        p.Node,
 		UID:         string(p.UID),
 		Revision:    canary.SidecarRevision(p.Annotations),
 	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			out.Ready = c.Status == corev1.ConditionTrue
-		}
-	}
-	for _, cs := range p.Status.ContainerStatuses {
-		if cs.State.Waiting != nil {
-			out.Waiting = cs.State.Waiting.Reason
-		}
-	}
-	return out
 }
 
 func coveredByPDB(template map[string]string, pdbs []*policyv1.PodDisruptionBudget) bool {
@@ -350,7 +341,7 @@ func (c *Caches) mesh(rootNamespace string) (canary.Mesh, error) {
 			m.Revisions[rev] = canary.Revision{Name: rev}
 		}
 	}
-	istiods, err := c.Pods.Pods(rootNamespace).List(labels.SelectorFromSet(labels.Set{"app": "istiod"}))
+	istiods, err := c.Pods.In(rootNamespace).List(labels.SelectorFromSet(labels.Set{"app": "istiod"}))
 	if err != nil {
 		return m, err
 	}
@@ -361,7 +352,7 @@ func (c *Caches) mesh(rootNamespace string) (canary.Mesh, error) {
 			continue
 		}
 		rev.Istiods++
-		ready := podOf(p).Ready && p.Status.Phase == corev1.PodRunning
+		ready := p.Ready && p.Phase == corev1.PodRunning
 		if ready {
 			rev.ReadyIstiods++
 		}
@@ -387,14 +378,14 @@ func (c *Caches) mesh(rootNamespace string) (canary.Mesh, error) {
 
 // istiodImage is the image of istiod's discovery container, as Istio's
 // chart names it, or of its only container.
-func istiodImage(p *corev1.Pod) string {
-	for _, c := range p.Spec.Containers {
+func istiodImage(p *CachedPod) string {
+	for _, c := range p.Containers {
 		if c.Name == "discovery" {
 			return c.Image
 		}
 	}
-	if len(p.Spec.Containers) == 1 {
-		return p.Spec.Containers[0].Image
+	if len(p.Containers) == 1 {
+		return p.Containers[0].Image
 	}
 	return ""
 }
@@ -403,14 +394,14 @@ func istiodImage(p *corev1.Pod) string {
 // their IPs, for the sync gate.
 func (c *Caches) Istiods(rootNamespace string) func(string) []analysis.Istiod {
 	return func(rev string) []analysis.Istiod {
-		pods, err := c.Pods.Pods(rootNamespace).List(labels.SelectorFromSet(labels.Set{"app": "istiod", canary.LabelRev: rev}))
+		pods, err := c.Pods.In(rootNamespace).List(labels.SelectorFromSet(labels.Set{"app": "istiod", canary.LabelRev: rev}))
 		if err != nil {
 			return nil
 		}
 		var out []analysis.Istiod
 		for _, p := range pods {
-			if p.DeletionTimestamp == nil && p.Status.PodIP != "" && podOf(p).Ready {
-				out = append(out, analysis.Istiod{Pod: p.Name, IP: p.Status.PodIP, Revision: rev})
+			if p.DeletionTimestamp == nil && p.IP != "" && p.Ready {
+				out = append(out, analysis.Istiod{Pod: p.Name, IP: p.IP, Revision: rev})
 			}
 		}
 		sort.Slice(out, func(i, j int) bool { return out[i].Pod < out[j].Pod })

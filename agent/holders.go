@@ -53,24 +53,18 @@ func (c *Caches) Holders(rootNamespace string, sizes canary.WaveSizes, wants fun
 	if err != nil {
 		return nil, err
 	}
-	// Pods of one template carry the same sidecar status: read each once.
-	revisionOf := map[string]string{}
-	byRevision := map[string][]canary.HolderPod{}
-	for _, p := range pods {
-		raw, ok := p.Annotations[canary.AnnotationSidecar]
-		if !ok {
+	revs, counts := holderRevisions(pods, wants)
+	byRevision := make(map[string][]canary.HolderPod, len(counts))
+	for i, p := range pods {
+		rev := revs[i]
+		if rev == "" {
 			continue
 		}
-		rev, seen := revisionOf[raw]
-		if !seen {
-			rev = canary.SidecarRevision(p.Annotations)
-			revisionOf[raw] = rev
-		}
-		if rev == "" || !wants(rev) {
-			continue
+		if byRevision[rev] == nil {
+			byRevision[rev] = make([]canary.HolderPod, 0, counts[rev])
 		}
 		byRevision[rev] = append(byRevision[rev], canary.HolderPod{
-			Namespace: p.Namespace, Name: p.Name, Owner: c.ownerOf(p), Phase: string(p.Status.Phase),
+			Namespace: p.Namespace, Name: p.Name, Owner: c.ownerOf(p), Phase: string(p.Phase),
 			Terminating: p.DeletionTimestamp != nil, RevLabel: p.Labels[canary.LabelRev],
 		})
 	}
@@ -86,6 +80,37 @@ func (c *Caches) Holders(rootNamespace string, sizes canary.WaveSizes, wants fun
 		out[rev] = canary.ClassifyHolders(canary.HoldersInput{Revision: rev, Pods: ps, Namespaces: nsInfo, Mesh: mesh})
 	}
 	return out, nil
+}
+
+// holderRevisions returns the revision each pod's sidecar status names,
+// "" for a pod without one or of a revision wants refuses, and how many
+// pods each revision holds: the lists of holders are made at their size,
+// since growing them one append at a time allocated five times what they
+// hold on every scrape of a large cluster.
+func holderRevisions(pods []*CachedPod, wants func(revision string) bool) ([]string, map[string]int) {
+	revs := make([]string, len(pods))
+	counts := map[string]int{}
+	// Pods of one template carry the same sidecar status: read each once.
+	revisionOf := map[string]string{}
+	for i, p := range pods {
+		raw, ok := p.Annotations[canary.AnnotationSidecar]
+		if !ok {
+			continue
+		}
+		rev, seen := revisionOf[raw]
+		if !seen {
+			rev = canary.SidecarRevision(p.Annotations)
+			if rev != "" && !wants(rev) {
+				rev = ""
+			}
+			revisionOf[raw] = rev
+		}
+		if rev != "" {
+			revs[i] = rev
+			counts[rev]++
+		}
+	}
+	return revs, counts
 }
 
 // holderNamespaces reads the namespaces that hold the pods, and plans
@@ -164,14 +189,14 @@ func (c *Caches) holderNamespaces(byRevision map[string][]canary.HolderPod, root
 // the CronJob behind its Job, its StatefulSet or DaemonSet, or the pod
 // itself when nothing controls it. A ReplicaSet or Job the caches do not
 // hold (deleted, orphaning the pod, or Jobs not watched) is named as is.
-func (c *Caches) ownerOf(p *corev1.Pod) canary.Owner {
+func (c *Caches) ownerOf(p *CachedPod) canary.Owner {
 	ref := metav1.GetControllerOfNoCopy(p)
 	if ref == nil {
 		return canary.Owner{Kind: canary.OwnerPod, Name: p.Name}
 	}
 	switch ref.Kind {
 	case canary.OwnerReplicaSet:
-		if rs, err := c.ReplicaSets.ReplicaSets(p.Namespace).Get(ref.Name); err == nil {
+		if rs, err := c.ReplicaSets.In(p.Namespace).Get(ref.Name); err == nil {
 			if up := metav1.GetControllerOfNoCopy(rs); up != nil {
 				return canary.Owner{Kind: up.Kind, Name: up.Name}
 			}

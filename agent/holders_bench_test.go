@@ -76,8 +76,8 @@ func largeCluster(b *testing.B, namespaces, deployments, pods int, onSource func
 			}
 			add(depIdx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: map[string]string{revisionAnno: "1"}},
 				Spec: appsv1.DeploymentSpec{Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name}}}}})
-			add(rsIdx, &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: rs, Namespace: ns, OwnerReferences: owned("apps/v1", "Deployment", name),
-				Annotations: map[string]string{revisionAnno: "1"}}})
+			add(rsIdx, slimReplicaSet(&appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: rs, Namespace: ns, OwnerReferences: owned("apps/v1", "Deployment", name),
+				Annotations: map[string]string{revisionAnno: "1"}}}))
 			for p := 0; p < pods; p++ {
 				pod := injectedPod(ns, fmt.Sprintf("%s-%05d", rs, p), rev, corev1.PodRunning, owned("apps/v1", "ReplicaSet", rs))
 				pod.Labels["app"] = name
@@ -86,12 +86,15 @@ func largeCluster(b *testing.B, namespaces, deployments, pods int, onSource func
 		}
 	}
 	return &Caches{
-		Namespaces:  corelisters.NewNamespaceLister(nsIdx),
-		Deployments: appslisters.NewDeploymentLister(depIdx),
-		ReplicaSets: appslisters.NewReplicaSetLister(rsIdx),
-		Pods:        corelisters.NewPodLister(podIdx),
-		PDBs:        policylisters.NewPodDisruptionBudgetLister(pdbIdx),
-		Webhooks:    admissionreglisters.NewMutatingWebhookConfigurationLister(mwcIdx),
-		Jobs:        cache.NewGenericLister(jobIdx, jobsResource.GroupResource()),
+		Namespaces:   corelisters.NewNamespaceLister(nsIdx),
+		Deployments:  appslisters.NewDeploymentLister(depIdx),
+		StatefulSets: appslisters.NewStatefulSetLister(index()),
+		DaemonSets:   appslisters.NewDaemonSetLister(index()),
+		Revisions:    appslisters.NewControllerRevisionLister(index()),
+		ReplicaSets:  NewReplicaSetLister(rsIdx),
+		Pods:         NewPodLister(podIdx),
+		PDBs:         policylisters.NewPodDisruptionBudgetLister(pdbIdx),
+		Webhooks:     admissionreglisters.NewMutatingWebhookConfigurationLister(mwcIdx),
+		Jobs:         cache.NewGenericLister(jobIdx, jobsResource.GroupResource()),
 	}
 }

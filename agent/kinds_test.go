@@ -144,8 +144,8 @@ func TestAMoveOfAStatefulSetPatchesTheStatefulSet(t *testing.T) {
 func TestADaemonSetPodIsCurrentByItsTemplateGenerationNotTheDaemonSetsGeneration(t *testing.T) {
 	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "agent", Namespace: "shop", Generation: 5,
 		Annotations: map[string]string{appsv1.DeprecatedTemplateGeneration: "3"}}}
-	pod := func(gen string) *corev1.Pod {
-		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "agent-x", Labels: map[string]string{
+	pod := func(gen string) *CachedPod {
+		return &CachedPod{ObjectMeta: metav1.ObjectMeta{Name: "agent-x", Labels: map[string]string{
 			appsv1.DefaultDaemonSetUniqueLabelKey: "new", appsv1.DeprecatedTemplateGeneration: gen}}}
 	}
 	assert.True(t, daemonPodCurrent(pod("3"), ds, ""), "on the template generation, no revision cached yet")

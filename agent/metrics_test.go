@@ -175,8 +175,7 @@ func TestTheReplicaSetCacheKeepsOnlyTheTemplatesRestartStamp(t *testing.T) {
 	}}}
 	out, err := transform(nil)(rs)
 	require.NoError(t, err)
-	assert.Equal(t, corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{canary.AnnotationRestartedAt: "2026-11-29T12:00:00Z"}}},
-		out.(*appsv1.ReplicaSet).Spec.Template)
+	assert.Equal(t, &CachedReplicaSet{RestartedAt: "2026-11-29T12:00:00Z"}, out)
 }
 
 func TestTheMaintenanceWindowMetricsSayWhetherItIsOpenAndWhenTheNextOpens(t *testing.T) {

@@ -1,0 +1,37 @@
+package agent
+
+import (
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/meshwave/meshwave/canary"
+)
+
+// CachedReplicaSet is what the caches keep of a ReplicaSet: its name and
+// controller, which resolve a pod to its Deployment, and the two
+// annotations gather reads. A Deployment keeps its old ReplicaSets (ten
+// by default), so there are often several times as many ReplicaSets as
+// Deployments; an appsv1.ReplicaSet is a struct of 1,168 bytes, nearly
+// all of them spec and status, and a CachedReplicaSet 264.
+type CachedReplicaSet struct {
+	metav1.ObjectMeta
+	// Revision is its deployment.kubernetes.io/revision annotation: the
+	// revision of its Deployment that it runs.
+	Revision string
+	// RestartedAt is its template's kubectl.kubernetes.io/restartedAt
+	// annotation: it shows a restart that was rolled out even once the
+	// Deployment's template no longer carries it (a GitOps sync put the
+	// template back).
+	RestartedAt string
+}
+
+// slimReplicaSet keeps of a ReplicaSet what CachedReplicaSet holds;
+// nothing reads its labels, other annotations, selector or status.
+func slimReplicaSet(rs *appsv1.ReplicaSet) *CachedReplicaSet {
+	return &CachedReplicaSet{
+		ObjectMeta: metav1.ObjectMeta{Name: rs.Name, Namespace: intern(rs.Namespace),
+			OwnerReferences: internOwners(controllerOnly(rs.OwnerReferences))},
+		Revision:    intern(rs.Annotations[revisionAnno]),
+		RestartedAt: intern(rs.Spec.Template.Annotations[canary.AnnotationRestartedAt]),
+	}
+}
