@@ -44,6 +44,12 @@ func BenchmarkCacheMemory(b *testing.B) {
 			b.ReportMetric(bytes, "plain-B/"+kind.name)
 			runtime.KeepAlive(store)
 		}
+		// What a metadata-only informer of pods would hold: the whole
+		// metadata, as the apiserver sends it for a PartialObjectMetadata
+		// watch, and no status, so no readiness for the gates.
+		store, bytes := retainedPerObject(b, objs[0], metadataOnly)
+		b.ReportMetric(bytes, "metadata-only-B/pod")
+		runtime.KeepAlive(store)
 		var stores []cache.Indexer
 		for _, kind := range objs {
 			store, bytes := retainedPerObject(b, kind, keep)
@@ -55,6 +61,15 @@ func BenchmarkCacheMemory(b *testing.B) {
 		}
 		runtime.KeepAlive(stores)
 	}
+}
+
+// metadataOnly turns a pod into the PartialObjectMetadata a metadata
+// informer caches.
+func metadataOnly(obj any) (any, error) {
+	p := obj.(*corev1.Pod)
+	meta := p.ObjectMeta
+	meta.ManagedFields = nil
+	return &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}, ObjectMeta: meta}, nil
 }
 
 // cacheHeapProfile names a file to which BenchmarkCacheMemory writes a
