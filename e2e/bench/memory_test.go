@@ -81,7 +81,7 @@ func BenchmarkAtScale(b *testing.B) {
 		record(b, fmt.Sprintf("Reaction times in the same world (%d pods, %d samples each)", nss*deps*pods, samples),
 			"| | p50 / p99 / max |",
 			"|---|---|",
-			"| `meshwave.io/target-revision` set → the agent's first write in the namespace | "+summarize(r.optIn)+" |",
+			"| the request setting `meshwave.io/target-revision` → the agent's first write in the namespace | "+summarize(r.optIn)+" |",
 			"| last pod of a wave Ready → the agent's write that says the wave passed | "+summarize(r.ready)+" |",
 			"| the wave rolled out as the rollout gate reads it (every old pod gone) → that write | "+summarize(r.rolledOut)+" |",
 			"",

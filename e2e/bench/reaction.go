@@ -58,8 +58,10 @@ func measureReactions(b *testing.B, f *fixture.Fixture, n int) reactions {
 	for i := 0; i < n; i++ {
 		ns := fmt.Sprintf("react-%03d", i)
 		target := "1-26"
+		// From the request that sets it: the agent may well write before
+		// the apiserver's answer to this request is read.
+		set := time.Now()
 		f.When().AnnotateNamespace(ns, canary.AnnotationTargetRevision, &target)
-		set := time.Now() // the apiserver has answered: the annotation is set
 		var first time.Time
 		f.EventuallyWithin("the agent's first write in "+ns, time.Minute, func() (bool, string) {
 			first = firstWrite(log.snapshot(), ns, set)
