@@ -25,6 +25,43 @@ type Planned struct {
 	rank int
 }
 
+// place is where p goes in the plan, before name order: its
+// meshwave.io/wave value, then its kind.
+func (p Planned) place() place { return place{group: p.Group, rank: p.rank} }
+
+type place struct {
+	group, rank int
+}
+
+func comparePlaces(a, b place) int {
+	return cmp.Or(cmp.Compare(a.group, b.group), cmp.Compare(a.rank, b.rank))
+}
+
+// inPlanOrder orders workloads to move by place, keeping the name order
+// they come in within each place. A namespace has a few places and may
+// have thousands of workloads: rather than sort them, it counts the
+// workloads of each place, and puts each one after those of the places
+// before its own.
+func inPlanOrder(todo []Planned) []Planned {
+	// next is first the count of each place, then where its next
+	// workload goes.
+	next := map[place]int{}
+	for _, p := range todo {
+		next[p.place()]++
+	}
+	at := 0
+	for _, k := range slices.SortedFunc(maps.Keys(next), comparePlaces) {
+		next[k], at = at, at+next[k]
+	}
+	out := make([]Planned, len(todo))
+	for _, p := range todo {
+		k := p.place()
+		out[next[k]] = p
+		next[k]++
+	}
+	return out
+}
+
 // NamespacePlan is the plan for one namespace.
 type NamespacePlan struct {
 	Namespace      string
@@ -94,7 +131,8 @@ const MaxWaveSize = maxMembers
 func PlanNamespace(ns string, deployments []Workload, targetRevision, migration string, wavesRun int, sizes WaveSizes) NamespacePlan {
 	sizes = sizes.withDefaults()
 	plan := NamespacePlan{Namespace: ns, TargetRevision: targetRevision}
-	var todo []Planned
+	// The workloads to move, in name order.
+	todo := make([]Planned, 0, len(deployments))
 	// Moves of this migration recorded in a wave after wavesRun were made
 	// but never judged (the status is older than they are): they are
 	// judged next, wave by wave, before anything else moves.
@@ -153,16 +191,8 @@ func PlanNamespace(ns string, deployments []Workload, targetRevision, migration 
 		}
 	}
 	// Within a meshwave.io/wave value, Deployments go first, then
-	// StatefulSets, then DaemonSets. IDs are unique, so the order is total.
-	slices.SortFunc(todo, func(a, b Planned) int {
-		if a.Group != b.Group {
-			return cmp.Compare(a.Group, b.Group)
-		}
-		if a.rank != b.rank {
-			return cmp.Compare(a.rank, b.rank)
-		}
-		return strings.Compare(a.Name, b.Name)
-	})
+	// StatefulSets, then DaemonSets, each in name order.
+	ordered := inPlanOrder(todo)
 	for _, wave := range slices.Sorted(maps.Keys(recorded)) {
 		for ws := recorded[wave]; len(ws) > 0; {
 			n := min(len(ws), MaxWaveSize)
@@ -170,18 +200,18 @@ func PlanNamespace(ns string, deployments []Workload, targetRevision, migration 
 			ws = ws[n:]
 		}
 	}
-	for len(todo) > 0 {
+	for len(ordered) > 0 {
 		size := sizes.BatchSize
 		if wavesRun == 0 && len(plan.Waves) == 0 {
 			// The canary: the first wave, never one of recorded moves.
 			size = sizes.CanarySize
 		}
 		n := 0
-		for n < len(todo) && n < size && todo[n].Group == todo[0].Group {
+		for n < len(ordered) && n < size && ordered[n].Group == ordered[0].Group {
 			n++
 		}
-		plan.Waves = append(plan.Waves, todo[:n])
-		todo = todo[n:]
+		plan.Waves = append(plan.Waves, ordered[:n])
+		ordered = ordered[n:]
 	}
 	return plan
 }
