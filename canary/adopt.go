@@ -25,13 +25,13 @@ type migrationOnRecord struct {
 
 // migrationsOnRecord groups the namespace's move records by the migration
 // to targetRevision that wrote them, newest first.
-func migrationsOnRecord(ws []Workload, targetRevision string) []migrationOnRecord {
+func migrationsOnRecord(set workloadSet, targetRevision string) []migrationOnRecord {
 	byID := map[string]*migrationOnRecord{}
-	for _, w := range ws {
-		r, ok := ReadMoveRecord(w.Annotations)
-		if !ok {
+	for _, w := range set {
+		if w.record == nil {
 			continue
 		}
+		r := *w.record
 		rev, at, _ := ParseMigrationID(r.Migration)
 		if rev != targetRevision {
 			continue
@@ -72,19 +72,19 @@ func migrationsOnRecord(ws []Workload, targetRevision string) []migrationOnRecor
 // the status's migration in a wave beyond the status's do not contradict
 // it: the plan judges them next (PlanNamespace), so a status that
 // regressed never lets them skip judgment.
-func recordConflict(ws []Workload, st *Status) (migrationOnRecord, string) {
+func recordConflict(set workloadSet, st *Status) (migrationOnRecord, string) {
 	if st == nil || st.MigrationID() == "" || st.Phase == PhaseStopped {
 		return migrationOnRecord{}, ""
 	}
-	ms := migrationsOnRecord(ws, st.TargetRevision)
+	ms := migrationsOnRecord(set, st.TargetRevision)
 	own := slices.ContainsFunc(ms, func(m migrationOnRecord) bool { return m.ID == st.MigrationID() })
 	for _, m := range ms {
 		switch {
 		case m.ID == st.MigrationID():
 			m = m.current(st.RetriedAt)
 			if st.Phase == PhaseRolledBack {
-				for _, w := range RollbackMembers(Snapshot{Workloads: ws}, st) {
-					if _, fwd := forwardIn(w, st.MigrationID()); fwd {
+				for _, w := range rollbackMembers(set, st) {
+					if _, fwd := w.forwardIn(st.MigrationID()); fwd {
 						return m, fmt.Sprintf("the move records show %s moved forward by migration %s, which the status says was rolled back", w.Name, m.ID)
 					}
 				}
@@ -223,7 +223,7 @@ func (d *decider) sourceOnRecord(m migrationOnRecord) (string, string) {
 // re-added target, or a retry after a rollback, left behind. Its last
 // wave is judged again; the workloads it rolled back are planned again.
 func (d *decider) continueOnRecord() bool {
-	for _, m := range migrationsOnRecord(d.snap.Workloads, d.st.TargetRevision) {
+	for _, m := range migrationsOnRecord(d.workloads, d.st.TargetRevision) {
 		if len(m.Forward) == 0 {
 			continue
 		}

@@ -6,7 +6,6 @@ import (
 	"maps"
 	"slices"
 	"sort"
-	"strings"
 	"time"
 )
 
@@ -129,17 +128,23 @@ const MaxWaveSize = maxMembers
 // For example, with CanarySize 1, BatchSize 2 and workloads a(0) b(1) c(1)
 // d(1) e(100): the waves are [a] [b c] [d] [e].
 func PlanNamespace(ns string, deployments []Workload, targetRevision, migration string, wavesRun int, sizes WaveSizes) NamespacePlan {
+	set, _ := parseWorkloads(deployments)
+	return planNamespace(ns, set, targetRevision, migration, wavesRun, sizes)
+}
+
+// planNamespace is PlanNamespace over workloads already parsed.
+func planNamespace(ns string, set workloadSet, targetRevision, migration string, wavesRun int, sizes WaveSizes) NamespacePlan {
 	sizes = sizes.withDefaults()
 	plan := NamespacePlan{Namespace: ns, TargetRevision: targetRevision}
-	// The workloads to move, in name order.
-	todo := make([]Planned, 0, len(deployments))
+	// The workloads to move, in name order, as the set is.
+	todo := make([]Planned, 0, len(set))
 	// Moves of this migration recorded in a wave after wavesRun were made
 	// but never judged (the status is older than they are): they are
 	// judged next, wave by wave, before anything else moves.
 	recorded := map[int][]Planned{}
-	for _, w := range sortedWorkloads(deployments) {
-		settings, _ := ParseWorkload(w.Namespace, w.Name, w.Annotations)
-		if reason := gatewayReason(*w); reason != "" {
+	for _, w := range set {
+		settings := w.settings
+		if reason := gatewayReason(w.Workload); reason != "" {
 			plan.Excluded = append(plan.Excluded, Exclusion{w.Name, reason})
 			continue
 		}
@@ -147,12 +152,12 @@ func PlanNamespace(ns string, deployments []Workload, targetRevision, migration 
 			plan.Excluded = append(plan.Excluded, Exclusion{w.Name, AnnotationSkip + " is true"})
 			continue
 		}
-		if r, ok := forwardIn(*w, migration); ok && r.Outcome == OutcomeFailed {
+		if r, ok := w.forwardIn(migration); ok && r.Outcome == OutcomeFailed {
 			// Failed its wave, tolerated: it stays where it is.
 			plan.Failed = append(plan.Failed, w.Name)
 			continue
 		}
-		if r, ok := movedIn(*w, migration); ok {
+		if r, ok := w.movedIn(migration); ok {
 			if r.Wave > wavesRun {
 				recorded[r.Wave] = append(recorded[r.Wave], Planned{Name: w.Name, Group: settings.Wave})
 				continue
@@ -216,17 +221,6 @@ func PlanNamespace(ns string, deployments []Workload, targetRevision, migration 
 	return plan
 }
 
-// sortedWorkloads orders ws by name, by reference: a Workload is large,
-// and a namespace may hold thousands.
-func sortedWorkloads(ws []Workload) []*Workload {
-	out := make([]*Workload, len(ws))
-	for i := range ws {
-		out[i] = &ws[i]
-	}
-	slices.SortFunc(out, func(a, b *Workload) int { return strings.Compare(a.Name, b.Name) })
-	return out
-}
-
 // PlanInput is one opted-in namespace for PlanWaves.
 type PlanInput struct {
 	Snapshot Snapshot
@@ -260,7 +254,8 @@ func PlanWaves(inputs []PlanInput, sizes WaveSizes) []NamespacePlan {
 		if in.Status != nil && in.Status.Target == settings.Target && in.Status.TargetRevision == rev && !terminal(in.Status.Phase) {
 			st = in.Status
 		}
-		p := planRemaining(s.Namespace.Name, s.Workloads, st, sizes)
+		set, _ := parseWorkloads(s.Workloads)
+		p := planRemaining(s.Namespace.Name, set, st, sizes)
 		p.TargetRevision = rev
 		p.Priority, p.Target = settings.Priority, settings.Target
 		plans = append(plans, p)

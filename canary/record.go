@@ -74,16 +74,24 @@ func ParseMigrationID(id string) (string, time.Time, bool) {
 // status remains the truth about where the workload is, and a workload
 // whose pods all run the target is never planned again.
 func ReadMoveRecord(annotations map[string]string) (MoveRecord, bool) {
+	if r := readMoveRecord(annotations); r != nil {
+		return *r, true
+	}
+	return MoveRecord{}, false
+}
+
+// readMoveRecord is ReadMoveRecord's record, or nil when there is none.
+func readMoveRecord(annotations map[string]string) *MoveRecord {
 	raw, ok := annotations[AnnotationMove]
 	if !ok {
-		return MoveRecord{}, false
+		return nil
 	}
-	var r MoveRecord
-	strict, err := sigsjson.UnmarshalStrict([]byte(raw), &r)
+	r := new(MoveRecord)
+	strict, err := sigsjson.UnmarshalStrict([]byte(raw), r)
 	if err != nil || len(strict) > 0 || !r.valid() {
-		return MoveRecord{}, false
+		return nil
 	}
-	return r, true
+	return r
 }
 
 func (r MoveRecord) valid() bool {
@@ -115,33 +123,31 @@ func (r MoveRecord) Encode() string {
 	return string(raw)
 }
 
-// movedIn reports whether w carries a record of a forward move made by the
-// given migration that counts as moved (no outcome: it was not failed or
-// skipped out of its wave).
-func movedIn(w Workload, migration string) (MoveRecord, bool) {
-	r, ok := forwardIn(w, migration)
-	if !ok || r.Outcome != "" {
+// forwardMove returns r when it is a forward move made by the given
+// migration, whatever its outcome; a nil r is no record.
+func forwardMove(r *MoveRecord, migration string) (MoveRecord, bool) {
+	if r == nil || migration == "" || r.Rollback || r.Migration != migration {
 		return MoveRecord{}, false
 	}
-	return r, true
+	return *r, true
 }
 
-// forwardIn reports whether w's last record is a forward move made by the
-// given migration, whatever its outcome.
-func forwardIn(w Workload, migration string) (MoveRecord, bool) {
-	r, ok := ReadMoveRecord(w.Annotations)
-	if !ok || migration == "" || r.Rollback || r.Migration != migration {
+// countedMove returns r when it is a forward move made by the given
+// migration that counts as moved (no outcome: it was not failed or skipped
+// out of its wave); a nil r is no record.
+func countedMove(r *MoveRecord, migration string) (MoveRecord, bool) {
+	fwd, ok := forwardMove(r, migration)
+	if !ok || fwd.Outcome != "" {
 		return MoveRecord{}, false
 	}
-	return r, true
+	return fwd, true
 }
 
-// rolledBackIn reports whether w carries a record of a rollback made by the
-// given migration.
-func rolledBackIn(w Workload, migration string) (MoveRecord, bool) {
-	r, ok := ReadMoveRecord(w.Annotations)
-	if !ok || migration == "" || !r.Rollback || r.Migration != migration {
+// rollbackMove returns r when it is a rollback made by the given
+// migration; a nil r is no record.
+func rollbackMove(r *MoveRecord, migration string) (MoveRecord, bool) {
+	if r == nil || migration == "" || !r.Rollback || r.Migration != migration {
 		return MoveRecord{}, false
 	}
-	return r, true
+	return *r, true
 }

@@ -1,0 +1,76 @@
+package canary
+
+import (
+	"slices"
+	"strings"
+)
+
+// parsedWorkload is a workload with the annotations decisions read about
+// it parsed once: its meshwave settings and its move record.
+type parsedWorkload struct {
+	*Workload
+	settings WorkloadSettings
+	// record is its move record; nil when it carries none that reads back
+	// (ReadMoveRecord).
+	record *MoveRecord
+}
+
+// workloadSet is a namespace's workloads in name order, each parsed once.
+// It is built from the snapshot a decision or a plan is given, lives as
+// long as that call, and is never kept for the next one.
+type workloadSet []parsedWorkload
+
+// parseWorkloads parses every workload of ws. It returns the set, and the
+// problems with the workloads' annotations in name order (ParseWorkload).
+// The set refers to ws, which must not change while it is used.
+func parseWorkloads(ws []Workload) (workloadSet, []InputError) {
+	set := make(workloadSet, len(ws))
+	for i := range ws {
+		set[i].Workload = &ws[i]
+	}
+	// Stable, so that of two workloads that share a name (IDs are unique
+	// in a namespace, but nothing here relies on it) the later in the
+	// snapshot comes last.
+	slices.SortStableFunc(set, func(a, b parsedWorkload) int { return strings.Compare(a.Name, b.Name) })
+	var errs []InputError
+	for i := range set {
+		p := &set[i]
+		var werrs []InputError
+		p.settings, werrs = ParseWorkload(p.Namespace, p.Name, p.Annotations)
+		errs = append(errs, werrs...)
+		p.record = readMoveRecord(p.Annotations)
+	}
+	return set, errs
+}
+
+// find returns the workload whose ID is name. Of two that share it, it
+// returns the later in the snapshot.
+func (s workloadSet) find(name string) (parsedWorkload, bool) {
+	i, found := slices.BinarySearchFunc(s, name, func(p parsedWorkload, name string) int { return strings.Compare(p.Name, name) })
+	if !found {
+		return parsedWorkload{}, false
+	}
+	for i+1 < len(s) && s[i+1].Name == name {
+		i++
+	}
+	return s[i], true
+}
+
+// forwardIn reports whether p's last record is a forward move made by
+// the given migration, whatever its outcome.
+func (p parsedWorkload) forwardIn(migration string) (MoveRecord, bool) {
+	return forwardMove(p.record, migration)
+}
+
+// movedIn reports whether p's last record is a forward move made by the
+// given migration that counts as moved (no outcome: it was not failed or
+// skipped out of its wave).
+func (p parsedWorkload) movedIn(migration string) (MoveRecord, bool) {
+	return countedMove(p.record, migration)
+}
+
+// rolledBackIn reports whether p's last record is a rollback made by the
+// given migration.
+func (p parsedWorkload) rolledBackIn(migration string) (MoveRecord, bool) {
+	return rollbackMove(p.record, migration)
+}
