@@ -611,16 +611,18 @@ func planRemaining(ns string, set workloadSet, st *Status, sizes WaveSizes) Name
 		members[m.Name] = true
 	}
 	p := planNamespace(ns, set, st.TargetRevision, st.MigrationID(), st.Wave, sizes)
+	if len(members) == 0 {
+		return p
+	}
+	member := func(x Planned) bool { return members[x.Name] }
 	var waves [][]Planned
 	for _, w := range p.Waves {
-		var keep []Planned
-		for _, x := range w {
-			if !members[x.Name] {
-				keep = append(keep, x)
-			}
+		// Only a wave that holds members is copied, without them.
+		if slices.ContainsFunc(w, member) {
+			w = slices.DeleteFunc(slices.Clone(w), member)
 		}
-		if len(keep) > 0 {
-			waves = append(waves, keep)
+		if len(w) > 0 {
+			waves = append(waves, w)
 		}
 	}
 	p.Waves = waves
