@@ -1540,10 +1540,12 @@ func (d *decider) summarize(prev *Status) {
 	count := func(id string, field func(*Counts) *int) {
 		*field(&c)++
 		k := kindOfID(id)
-		if kinds[k] == nil {
-			kinds[k] = &Counts{}
+		kc := kinds[k]
+		if kc == nil {
+			kc = &Counts{}
+			kinds[k] = kc
 		}
-		*field(kinds[k])++
+		*field(kc)++
 	}
 	pending := func(c *Counts) *int { return &c.Pending }
 	moving := func(c *Counts) *int { return &c.Moving }

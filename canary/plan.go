@@ -174,7 +174,8 @@ func planNamespace(ns string, set workloadSet, targetRevision, migration string,
 			continue
 		}
 		live, injected, onTarget := 0, 0, 0
-		for _, p := range w.Pods {
+		for i := range w.Pods {
+			p := &w.Pods[i] // a Pod is large: only two of its fields are read
 			if p.Terminating {
 				continue
 			}
