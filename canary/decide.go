@@ -606,15 +606,21 @@ func (d *decider) plan() NamespacePlan {
 // workload not yet moved by it, in waves, without the members of the wave
 // in flight. Both the engine and `meshwave plan` use it.
 func planRemaining(ns string, set workloadSet, st *Status, sizes WaveSizes) NamespacePlan {
-	members := map[string]bool{}
-	for _, m := range st.Workloads {
-		members[m.Name] = true
-	}
 	p := planNamespace(ns, set, st.TargetRevision, st.MigrationID(), st.Wave, sizes)
-	if len(members) == 0 {
+	if len(st.Workloads) == 0 {
 		return p
 	}
-	member := func(x Planned) bool { return members[x.Name] }
+	// A planned workload can be a member only if its meshwave.io/wave
+	// value is a member's: comparing the values first spares hashing the
+	// name of every workload of a large plan.
+	members, values := map[string]bool{}, map[int]bool{}
+	for _, m := range st.Workloads {
+		members[m.Name] = true
+		if w, ok := set.find(m.Name); ok {
+			values[w.settings.Wave] = true
+		}
+	}
+	member := func(x Planned) bool { return values[x.Group] && members[x.Name] }
 	var waves [][]Planned
 	for _, w := range p.Waves {
 		// Only a wave that holds members is copied, without them.

@@ -28,9 +28,9 @@ func parseWorkloads(ws []Workload) (workloadSet, []InputError) {
 	for i := range ws {
 		set[i].Workload = &ws[i]
 	}
-	// Stable, so that of two workloads that share a name (IDs are unique
-	// in a namespace, but nothing here relies on it) the later in the
-	// snapshot comes last.
+	// IDs are unique in a namespace (a kind and an object's name). The
+	// sort is stable all the same, so that were two to share one, the
+	// later in the snapshot would come last, and find would return it.
 	slices.SortStableFunc(set, func(a, b parsedWorkload) int { return strings.Compare(a.Name, b.Name) })
 	var errs []InputError
 	for i := range set {
