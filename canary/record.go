@@ -86,6 +86,12 @@ func readMoveRecord(annotations map[string]string) *MoveRecord {
 	if !ok {
 		return nil
 	}
+	return decodeMoveRecord(raw)
+}
+
+// decodeMoveRecord reads the value of meshwave.io/move; nil when it is
+// not exactly what meshwave writes.
+func decodeMoveRecord(raw string) *MoveRecord {
 	r := new(MoveRecord)
 	strict, err := sigsjson.UnmarshalStrict([]byte(raw), r)
 	if err != nil || len(strict) > 0 || !r.valid() {

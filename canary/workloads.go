@@ -11,7 +11,8 @@ type parsedWorkload struct {
 	*Workload
 	settings WorkloadSettings
 	// record is its move record; nil when it carries none that reads back
-	// (ReadMoveRecord).
+	// (ReadMoveRecord). Workloads that carry the same record share it:
+	// it is never changed.
 	record *MoveRecord
 }
 
@@ -33,14 +34,34 @@ func parseWorkloads(ws []Workload) (workloadSet, []InputError) {
 	// later in the snapshot would come last, and find would return it.
 	slices.SortStableFunc(set, func(a, b parsedWorkload) int { return strings.Compare(a.Name, b.Name) })
 	var errs []InputError
+	records := moveRecords{}
 	for i := range set {
 		p := &set[i]
 		var werrs []InputError
 		p.settings, werrs = ParseWorkload(p.Namespace, p.Name, p.Annotations)
 		errs = append(errs, werrs...)
-		p.record = readMoveRecord(p.Annotations)
+		p.record = records.read(p.Annotations)
 	}
 	return set, errs
+}
+
+// moveRecords reads move records, decoding each distinct annotation value
+// once: the members of a wave carry the same record, written for all of
+// them in one decision. It lives as long as one call.
+type moveRecords map[string]*MoveRecord
+
+// read is readMoveRecord, for one more workload.
+func (rs moveRecords) read(annotations map[string]string) *MoveRecord {
+	raw, ok := annotations[AnnotationMove]
+	if !ok {
+		return nil
+	}
+	r, decoded := rs[raw]
+	if !decoded {
+		r = decodeMoveRecord(raw)
+		rs[raw] = r
+	}
+	return r
 }
 
 // find returns the workload whose ID is name. Of two that share it, it
