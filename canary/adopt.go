@@ -17,8 +17,9 @@ type migrationOnRecord struct {
 	ID        string
 	StartedAt time.Time
 	// Forward and Back hold the workloads whose last record is a move of
-	// this migration to the target, or a rollback of one.
-	Forward, Back map[string]MoveRecord
+	// this migration to the target, or a rollback of one. The records are
+	// the workloads' own (parsedWorkload.record), never changed.
+	Forward, Back map[string]*MoveRecord
 	// LastWave is the highest wave of any of those records.
 	LastWave int
 }
@@ -26,20 +27,23 @@ type migrationOnRecord struct {
 // migrationsOnRecord groups the namespace's move records by the migration
 // to targetRevision that wrote them, newest first.
 func migrationsOnRecord(set workloadSet, targetRevision string) []migrationOnRecord {
+	// byID holds each migration on record, nil for one to another target:
+	// an ID is parsed once, however many records name it.
 	byID := map[string]*migrationOnRecord{}
 	for _, w := range set {
-		if w.record == nil {
+		r := w.record
+		if r == nil {
 			continue
 		}
-		r := *w.record
-		rev, at, _ := ParseMigrationID(r.Migration)
-		if rev != targetRevision {
-			continue
-		}
-		m := byID[r.Migration]
-		if m == nil {
-			m = &migrationOnRecord{ID: r.Migration, StartedAt: at, Forward: map[string]MoveRecord{}, Back: map[string]MoveRecord{}}
+		m, seen := byID[r.Migration]
+		if !seen {
+			if rev, at, _ := ParseMigrationID(r.Migration); rev == targetRevision {
+				m = &migrationOnRecord{ID: r.Migration, StartedAt: at, Forward: map[string]*MoveRecord{}, Back: map[string]*MoveRecord{}}
+			}
 			byID[r.Migration] = m
+		}
+		if m == nil {
+			continue
 		}
 		if r.Rollback {
 			m.Back[w.Name] = r
@@ -50,7 +54,9 @@ func migrationsOnRecord(set workloadSet, targetRevision string) []migrationOnRec
 	}
 	out := make([]migrationOnRecord, 0, len(byID))
 	for _, m := range byID {
-		out = append(out, *m)
+		if m != nil {
+			out = append(out, *m)
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].StartedAt.After(out[j].StartedAt) })
 	return out
@@ -114,7 +120,7 @@ func (m migrationOnRecord) current(retriedAt *time.Time) migrationOnRecord {
 		}
 	}
 	out := m
-	out.Back, out.LastWave = map[string]MoveRecord{}, 0
+	out.Back, out.LastWave = map[string]*MoveRecord{}, 0
 	for name, r := range m.Back {
 		if (retriedAt == nil || r.At.After(*retriedAt)) && !r.At.Before(newestForward) {
 			out.Back[name] = r
