@@ -90,7 +90,7 @@ func recordConflict(set workloadSet, st *Status) (migrationOnRecord, string) {
 			m = m.current(st.RetriedAt)
 			if st.Phase == PhaseRolledBack {
 				for _, w := range rollbackMembers(set, st) {
-					if _, fwd := w.forwardIn(st.MigrationID()); fwd {
+					if w.forwardIn(st.MigrationID()) != nil {
 						return m, fmt.Sprintf("the move records show %s moved forward by migration %s, which the status says was rolled back", w.Name, m.ID)
 					}
 				}

@@ -720,7 +720,7 @@ func (d *decider) ensureMoves() bool {
 		}
 		// A forward move of this migration, in whatever wave its record
 		// names, is never made twice.
-		_, moved := p.movedIn(st.MigrationID())
+		moved := p.movedIn(st.MigrationID()) != nil
 		switch answer, refused := d.in.Refused[w.Name]; {
 		case w.Paused:
 			why := fmt.Sprintf("%s is paused (spec.paused): it does not roll out", w.Name)
@@ -809,7 +809,7 @@ func (d *decider) outcomesPending() bool {
 		default:
 			continue
 		}
-		if r, ok := w.forwardIn(d.st.MigrationID()); ok && r.Outcome == "" {
+		if r := w.forwardIn(d.st.MigrationID()); r != nil && r.Outcome == "" {
 			d.markOutcome(w, outcome)
 			pending = true
 		}
@@ -821,8 +821,8 @@ func (d *decider) outcomesPending() bool {
 // not pass its wave (Failed, Skipped), in a patch that restarts nothing,
 // so that what is counted as moved never rests on the status alone.
 func (d *decider) markOutcome(w parsedWorkload, outcome string) {
-	r, ok := w.forwardIn(d.st.MigrationID())
-	if !ok || r.Outcome != "" {
+	fwd := w.forwardIn(d.st.MigrationID())
+	if fwd == nil || fwd.Outcome != "" {
 		return
 	}
 	for _, m := range d.out.Moves {
@@ -830,6 +830,7 @@ func (d *decider) markOutcome(w parsedWorkload, outcome string) {
 			return
 		}
 	}
+	r := *fwd
 	r.Outcome = outcome
 	d.out.Moves = append(d.out.Moves, Move{Workload: w.Name, Record: r, Patch: RecordPatch(*w.Workload, r), RecordOnly: true})
 }
@@ -1401,8 +1402,8 @@ func (d *decider) rollingBack() {
 		if len(st.Workloads) < maxListed {
 			st.Workloads = append(st.Workloads, WorkloadState{Name: w.Name, State: StateRolledBack, Reason: progress[w.Name]})
 		}
-		fwd, ok := w.forwardIn(st.MigrationID())
-		if !ok {
+		fwd := w.forwardIn(st.MigrationID())
+		if fwd == nil {
 			continue // already rolled back
 		}
 		if answer, ok := d.in.Refused[w.Name]; ok {
@@ -1499,7 +1500,7 @@ func (d *decider) ended() {
 // this migration.
 func (d *decider) anyMoved() bool {
 	for _, w := range d.workloads {
-		if _, ok := w.forwardIn(d.st.MigrationID()); ok {
+		if w.forwardIn(d.st.MigrationID()) != nil {
 			return true
 		}
 	}
@@ -1595,7 +1596,7 @@ func (d *decider) summarize(prev *Status) {
 	returning := map[string]bool{}
 	if st.Phase == PhaseRollingBack || (st.Phase == PhasePaused && st.WaveState == WaveRollingBack) {
 		for _, w := range d.rollbackMembers() {
-			if _, fwd := w.forwardIn(st.MigrationID()); fwd {
+			if w.forwardIn(st.MigrationID()) != nil {
 				returning[w.Name] = true
 				count(w.Name, moving) // on its way back
 			}
@@ -1619,7 +1620,7 @@ func (d *decider) summarize(prev *Status) {
 	}
 	if st.Phase == PhaseRollingBack || st.Phase == PhaseRolledBack {
 		for _, w := range d.workloads {
-			if _, ok := w.rolledBackIn(st.MigrationID()); ok {
+			if w.rolledBackIn(st.MigrationID()) != nil {
 				count(w.Name, rolledBack)
 			}
 		}

@@ -285,8 +285,8 @@ func (d *decider) watchReverts() bool {
 // move counts as made; meshwave does not restart it again.
 func (d *decider) templateReverted(w parsedWorkload, migration string) {
 	st := d.st
-	r, ok := w.movedIn(migration)
-	if !ok {
+	r := w.movedIn(migration)
+	if r == nil {
 		return
 	}
 	at, err := time.Parse(time.RFC3339, w.TemplateAnnotations[AnnotationRestartedAt])

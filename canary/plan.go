@@ -152,12 +152,12 @@ func planNamespace(ns string, set workloadSet, targetRevision, migration string,
 			plan.Excluded = append(plan.Excluded, Exclusion{w.Name, AnnotationSkip + " is true"})
 			continue
 		}
-		if r, ok := w.forwardIn(migration); ok && r.Outcome == OutcomeFailed {
+		if r := w.forwardIn(migration); r != nil && r.Outcome == OutcomeFailed {
 			// Failed its wave, tolerated: it stays where it is.
 			plan.Failed = append(plan.Failed, w.Name)
 			continue
 		}
-		if r, ok := w.movedIn(migration); ok {
+		if r := w.movedIn(migration); r != nil {
 			if r.Wave > wavesRun {
 				recorded[r.Wave] = append(recorded[r.Wave], Planned{Name: w.Name, Group: settings.Wave})
 				continue

@@ -128,32 +128,3 @@ func (r MoveRecord) Encode() string {
 	raw, _ := json.Marshal(r)
 	return string(raw)
 }
-
-// forwardMove returns r when it is a forward move made by the given
-// migration, whatever its outcome; a nil r is no record.
-func forwardMove(r *MoveRecord, migration string) (MoveRecord, bool) {
-	if r == nil || migration == "" || r.Rollback || r.Migration != migration {
-		return MoveRecord{}, false
-	}
-	return *r, true
-}
-
-// countedMove returns r when it is a forward move made by the given
-// migration that counts as moved (no outcome: it was not failed or skipped
-// out of its wave); a nil r is no record.
-func countedMove(r *MoveRecord, migration string) (MoveRecord, bool) {
-	fwd, ok := forwardMove(r, migration)
-	if !ok || fwd.Outcome != "" {
-		return MoveRecord{}, false
-	}
-	return fwd, true
-}
-
-// rollbackMove returns r when it is a rollback made by the given
-// migration; a nil r is no record.
-func rollbackMove(r *MoveRecord, migration string) (MoveRecord, bool) {
-	if r == nil || migration == "" || !r.Rollback || r.Migration != migration {
-		return MoveRecord{}, false
-	}
-	return *r, true
-}

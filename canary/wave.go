@@ -68,7 +68,7 @@ func WaveToVerify(snap Snapshot, st *Status, cfg Config) (WaveUnderTest, bool) {
 			if !ok {
 				return WaveUnderTest{}, false
 			}
-			if _, ok := w.movedIn(st.MigrationID()); !ok {
+			if w.movedIn(st.MigrationID()) == nil {
 				return WaveUnderTest{}, false
 			}
 			members = append(members, w)
@@ -77,7 +77,7 @@ func WaveToVerify(snap Snapshot, st *Status, cfg Config) (WaveUnderTest, bool) {
 		out.Expect, out.Rollback = st.SourceRevision, true
 		members = rollbackMembers(set, st)
 		for _, w := range members {
-			if _, ok := w.rolledBackIn(st.MigrationID()); !ok {
+			if w.rolledBackIn(st.MigrationID()) == nil {
 				return WaveUnderTest{}, false
 			}
 		}

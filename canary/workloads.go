@@ -77,21 +77,33 @@ func (s workloadSet) find(name string) (parsedWorkload, bool) {
 	return s[i], true
 }
 
-// forwardIn reports whether p's last record is a forward move made by
-// the given migration, whatever its outcome.
-func (p parsedWorkload) forwardIn(migration string) (MoveRecord, bool) {
-	return forwardMove(p.record, migration)
+// The record lookups below return p's own record, or nil: the record is
+// shared, and a caller that changes it changes a copy.
+
+// forwardIn returns p's last record when it is a forward move made by the
+// given migration, whatever its outcome.
+func (p parsedWorkload) forwardIn(migration string) *MoveRecord {
+	if r := p.record; r != nil && migration != "" && !r.Rollback && r.Migration == migration {
+		return r
+	}
+	return nil
 }
 
-// movedIn reports whether p's last record is a forward move made by the
+// movedIn returns p's last record when it is a forward move made by the
 // given migration that counts as moved (no outcome: it was not failed or
 // skipped out of its wave).
-func (p parsedWorkload) movedIn(migration string) (MoveRecord, bool) {
-	return countedMove(p.record, migration)
+func (p parsedWorkload) movedIn(migration string) *MoveRecord {
+	if r := p.forwardIn(migration); r != nil && r.Outcome == "" {
+		return r
+	}
+	return nil
 }
 
-// rolledBackIn reports whether p's last record is a rollback made by the
+// rolledBackIn returns p's last record when it is a rollback made by the
 // given migration.
-func (p parsedWorkload) rolledBackIn(migration string) (MoveRecord, bool) {
-	return rollbackMove(p.record, migration)
+func (p parsedWorkload) rolledBackIn(migration string) *MoveRecord {
+	if r := p.record; r != nil && migration != "" && r.Rollback && r.Migration == migration {
+		return r
+	}
+	return nil
 }
