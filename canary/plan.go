@@ -1,7 +1,6 @@
 package canary
 
 import (
-	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -24,39 +23,44 @@ type Planned struct {
 	rank int
 }
 
-// place is where p goes in the plan, before name order: its
-// meshwave.io/wave value, then its kind.
-func (p Planned) place() place { return place{group: p.Group, rank: p.rank} }
+// place is where a workload goes in the plan, before name order: its
+// meshwave.io/wave value, then its kind. It is one number, the value
+// times the number of kinds plus the kind's rank (always less than that
+// number), so that places order by value, then kind, as integers do, and
+// are looked up as integers.
+type place int
 
-type place struct {
-	group, rank int
-}
-
-func comparePlaces(a, b place) int {
-	return cmp.Or(cmp.Compare(a.group, b.group), cmp.Compare(a.rank, b.rank))
-}
+func (p Planned) place() place { return place(p.Group*kindRanks + p.rank) }
 
 // inPlanOrder orders workloads to move by place, keeping the name order
 // they come in within each place. A namespace has a few places and may
-// have thousands of workloads: rather than sort them, it counts the
-// workloads of each place, and puts each one after those of the places
-// before its own.
+// have thousands of workloads: rather than sort them, it numbers the
+// places as it meets them, counts the workloads of each, and puts each
+// workload after those of the places that go before its own.
 func inPlanOrder(todo []Planned) []Planned {
-	// next is first the count of each place, then where its next
-	// workload goes.
-	next := map[place]int{}
-	for _, p := range todo {
-		next[p.place()]++
+	number := map[place]int{}         // each place's number, in the order met
+	var counts []int                  // the workloads of each place, by number
+	numbers := make([]int, len(todo)) // each workload's place number
+	for i, p := range todo {
+		n, met := number[p.place()]
+		if !met {
+			n = len(counts)
+			number[p.place()] = n
+			counts = append(counts, 0)
+		}
+		numbers[i] = n
+		counts[n]++
 	}
+	next := make([]int, len(counts)) // where the next workload of each place goes
 	at := 0
-	for _, k := range slices.SortedFunc(maps.Keys(next), comparePlaces) {
-		next[k], at = at, at+next[k]
+	for _, k := range slices.Sorted(maps.Keys(number)) {
+		n := number[k]
+		next[n], at = at, at+counts[n]
 	}
 	out := make([]Planned, len(todo))
-	for _, p := range todo {
-		k := p.place()
-		out[next[k]] = p
-		next[k]++
+	for i, p := range todo {
+		out[next[numbers[i]]] = p
+		next[numbers[i]]++
 	}
 	return out
 }
