@@ -39,12 +39,12 @@ type TemplateChanges struct {
 // asm.cpaas.io/msname together is treated as a legacy workload by Mesh v1.
 func PersistedSettings(w Workload, allow []string) TemplateChanges {
 	out := TemplateChanges{Labels: map[string]string{}, Annotations: map[string]string{}}
+	// The first by name of the injected pods that are not being deleted.
 	var pod *Pod
-	for _, p := range w.livePods() {
-		if p.Injected() {
-			p := p
-			pod = &p
-			break
+	for i := range w.Pods {
+		p := &w.Pods[i]
+		if !p.Terminating && p.Injected() && (pod == nil || p.Name < pod.Name) {
+			pod = p
 		}
 	}
 	if pod == nil {
