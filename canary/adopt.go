@@ -17,29 +17,33 @@ type migrationOnRecord struct {
 	ID        string
 	StartedAt time.Time
 	// Forward and Back hold the workloads whose last record is a move of
-	// this migration to the target, or a rollback of one.
-	Forward, Back map[string]MoveRecord
+	// this migration to the target, or a rollback of one. The records are
+	// the workloads' own (parsedWorkload.record), never changed.
+	Forward, Back map[string]*MoveRecord
 	// LastWave is the highest wave of any of those records.
 	LastWave int
 }
 
 // migrationsOnRecord groups the namespace's move records by the migration
 // to targetRevision that wrote them, newest first.
-func migrationsOnRecord(ws []Workload, targetRevision string) []migrationOnRecord {
+func migrationsOnRecord(set workloadSet, targetRevision string) []migrationOnRecord {
+	// byID holds each migration on record, nil for one to another target:
+	// an ID is parsed once, however many records name it.
 	byID := map[string]*migrationOnRecord{}
-	for _, w := range ws {
-		r, ok := ReadMoveRecord(w.Annotations)
-		if !ok {
+	for _, w := range set {
+		r := w.record
+		if r == nil {
 			continue
 		}
-		rev, at, _ := ParseMigrationID(r.Migration)
-		if rev != targetRevision {
-			continue
-		}
-		m := byID[r.Migration]
-		if m == nil {
-			m = &migrationOnRecord{ID: r.Migration, StartedAt: at, Forward: map[string]MoveRecord{}, Back: map[string]MoveRecord{}}
+		m, seen := byID[r.Migration]
+		if !seen {
+			if rev, at, _ := ParseMigrationID(r.Migration); rev == targetRevision {
+				m = &migrationOnRecord{ID: r.Migration, StartedAt: at, Forward: map[string]*MoveRecord{}, Back: map[string]*MoveRecord{}}
+			}
 			byID[r.Migration] = m
+		}
+		if m == nil {
+			continue
 		}
 		if r.Rollback {
 			m.Back[w.Name] = r
@@ -50,7 +54,9 @@ func migrationsOnRecord(ws []Workload, targetRevision string) []migrationOnRecor
 	}
 	out := make([]migrationOnRecord, 0, len(byID))
 	for _, m := range byID {
-		out = append(out, *m)
+		if m != nil {
+			out = append(out, *m)
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].StartedAt.After(out[j].StartedAt) })
 	return out
@@ -72,19 +78,19 @@ func migrationsOnRecord(ws []Workload, targetRevision string) []migrationOnRecor
 // the status's migration in a wave beyond the status's do not contradict
 // it: the plan judges them next (PlanNamespace), so a status that
 // regressed never lets them skip judgment.
-func recordConflict(ws []Workload, st *Status) (migrationOnRecord, string) {
+func recordConflict(set workloadSet, st *Status) (migrationOnRecord, string) {
 	if st == nil || st.MigrationID() == "" || st.Phase == PhaseStopped {
 		return migrationOnRecord{}, ""
 	}
-	ms := migrationsOnRecord(ws, st.TargetRevision)
+	ms := migrationsOnRecord(set, st.TargetRevision)
 	own := slices.ContainsFunc(ms, func(m migrationOnRecord) bool { return m.ID == st.MigrationID() })
 	for _, m := range ms {
 		switch {
 		case m.ID == st.MigrationID():
 			m = m.current(st.RetriedAt)
 			if st.Phase == PhaseRolledBack {
-				for _, w := range RollbackMembers(Snapshot{Workloads: ws}, st) {
-					if _, fwd := forwardIn(w, st.MigrationID()); fwd {
+				for _, w := range rollbackMembers(set, st) {
+					if w.forwardIn(st.MigrationID()) != nil {
 						return m, fmt.Sprintf("the move records show %s moved forward by migration %s, which the status says was rolled back", w.Name, m.ID)
 					}
 				}
@@ -114,7 +120,7 @@ func (m migrationOnRecord) current(retriedAt *time.Time) migrationOnRecord {
 		}
 	}
 	out := m
-	out.Back, out.LastWave = map[string]MoveRecord{}, 0
+	out.Back, out.LastWave = map[string]*MoveRecord{}, 0
 	for name, r := range m.Back {
 		if (retriedAt == nil || r.At.After(*retriedAt)) && !r.At.Before(newestForward) {
 			out.Back[name] = r
@@ -223,7 +229,7 @@ func (d *decider) sourceOnRecord(m migrationOnRecord) (string, string) {
 // re-added target, or a retry after a rollback, left behind. Its last
 // wave is judged again; the workloads it rolled back are planned again.
 func (d *decider) continueOnRecord() bool {
-	for _, m := range migrationsOnRecord(d.snap.Workloads, d.st.TargetRevision) {
+	for _, m := range migrationsOnRecord(d.workloads, d.st.TargetRevision) {
 		if len(m.Forward) == 0 {
 			continue
 		}

@@ -208,8 +208,10 @@ type WorkloadSettings struct {
 func ParseWorkload(namespace, id string, annotations map[string]string) (WorkloadSettings, []InputError) {
 	s := WorkloadSettings{Wave: DefaultWave}
 	var errs []InputError
-	kind, name := kindOfID(id), id[strings.Index(id, "/")+1:]
+	// The kind and object name are worked out only for an error: most
+	// workloads have none, and a decision parses every one.
 	bad := func(key, value, expected string) {
+		kind, name := kindOfID(id), id[strings.Index(id, "/")+1:]
 		errs = append(errs, InputError{Key: key, Kind: strings.ToLower(string(kind)), Namespace: namespace, Name: name, Workload: id, Value: value, Expected: expected})
 	}
 	if v, ok := annotations[AnnotationWave]; ok {

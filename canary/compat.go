@@ -83,12 +83,11 @@ func (d *decider) compatWarnings(plan NamespacePlan, sourceRev string) []string 
 
 // plannedWorkloads are the workloads of the plan's waves.
 func (d *decider) plannedWorkloads(plan NamespacePlan) []Workload {
-	byName := d.workloads()
 	var out []Workload
 	for _, wave := range plan.Waves {
 		for _, p := range wave {
-			if w, ok := byName[p.Name]; ok {
-				out = append(out, w)
+			if w, ok := d.workloads.find(p.Name); ok {
+				out = append(out, *w.Workload)
 			}
 		}
 	}

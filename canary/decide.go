@@ -201,6 +201,8 @@ type decider struct {
 	// migration this one replaces.
 	inherited *[2]string
 	out       Decision
+	// workloads are the snapshot's, each parsed once for this decision.
+	workloads workloadSet
 	planned   *NamespacePlan
 	planKey   string
 }
@@ -213,10 +215,8 @@ func (d *decider) run() {
 		d.optedOut(prev)
 		return
 	}
-	for _, w := range sortedWorkloads(d.snap.Workloads) {
-		_, werrs := ParseWorkload(w.Namespace, w.Name, w.Annotations)
-		errs = append(errs, werrs...)
-	}
+	workloads, werrs := parseWorkloads(d.snap.Workloads)
+	d.workloads, errs = workloads, append(errs, werrs...)
 	errs = append(errs, d.windowsMeet()...)
 	d.st = prev.DeepCopy()
 	if d.st == nil || d.st.Target != settings.Target || d.st.Phase == PhaseStopped {
@@ -284,7 +284,7 @@ func (d *decider) run() {
 // second, so that no two migrations share an ID.
 func (d *decider) freshStart() time.Time {
 	now := d.now.UTC().Truncate(time.Second)
-	for _, m := range migrationsOnRecord(d.snap.Workloads, d.st.TargetRevision) {
+	for _, m := range migrationsOnRecord(d.workloads, d.st.TargetRevision) {
 		if m.StartedAt.Equal(now) {
 			return now.Add(time.Second)
 		}
@@ -315,7 +315,7 @@ func (d *decider) freshStatus(prev *Status, target string) *Status {
 func (d *decider) adoptIfNeeded() bool {
 	if err := d.in.StatusErr; err != nil && d.in.Status == nil {
 		d.event("", EventWarning, "StatusUnreadable", err.Error()+"; rebuilding it from the Deployments' move records")
-		ms := migrationsOnRecord(d.snap.Workloads, d.st.TargetRevision)
+		ms := migrationsOnRecord(d.workloads, d.st.TargetRevision)
 		if len(ms) == 0 {
 			return false
 		}
@@ -325,13 +325,13 @@ func (d *decider) adoptIfNeeded() bool {
 	if d.in.Status == nil && d.in.StatusErr == nil {
 		// No status at all: lost, or never written. Records of a migration
 		// to this target mean it was under way.
-		if ms := migrationsOnRecord(d.snap.Workloads, d.st.TargetRevision); len(ms) > 0 {
+		if ms := migrationsOnRecord(d.workloads, d.st.TargetRevision); len(ms) > 0 {
 			d.adoptRecords(ms[0].current(nil), EventWarning, "StatusAdopted", "the namespace has no status")
 			return true
 		}
 		return false
 	}
-	if m, why := recordConflict(d.snap.Workloads, d.st); why != "" {
+	if m, why := recordConflict(d.workloads, d.st); why != "" {
 		d.adoptRecords(m, EventWarning, "StatusAdopted", "the status disagrees with the Deployments' move records: "+why)
 		return true
 	}
@@ -562,7 +562,7 @@ func (d *decider) warnings(plan NamespacePlan, sourceRev string, compat []string
 			inPlan[p.Name] = true
 		}
 	}
-	for _, w := range sortedWorkloads(d.snap.Workloads) {
+	for _, w := range d.workloads {
 		if inPlan[w.Name] && w.Replicas == 1 && !w.HasPDB {
 			out = append(out, fmt.Sprintf("%s has one replica and no PodDisruptionBudget: it is unavailable while it restarts", describe(w.Name)))
 		}
@@ -597,7 +597,7 @@ func (d *decider) plan() NamespacePlan {
 	if d.planned != nil && d.planKey == key {
 		return *d.planned
 	}
-	p := planRemaining(d.ns, d.snap.Workloads, d.st, d.cfg.Sizes)
+	p := planRemaining(d.ns, d.workloads, d.st, d.cfg.Sizes)
 	d.planned, d.planKey = &p, key
 	return p
 }
@@ -605,22 +605,30 @@ func (d *decider) plan() NamespacePlan {
 // planRemaining plans what a migration in status st has left: every
 // workload not yet moved by it, in waves, without the members of the wave
 // in flight. Both the engine and `meshwave plan` use it.
-func planRemaining(ns string, ws []Workload, st *Status, sizes WaveSizes) NamespacePlan {
-	members := map[string]bool{}
+func planRemaining(ns string, set workloadSet, st *Status, sizes WaveSizes) NamespacePlan {
+	p := planNamespace(ns, set, st.TargetRevision, st.MigrationID(), st.Wave, sizes)
+	if len(st.Workloads) == 0 {
+		return p
+	}
+	// A planned workload can be a member only if its meshwave.io/wave
+	// value is a member's: comparing the values first spares hashing the
+	// name of every workload of a large plan.
+	members, values := map[string]bool{}, map[int]bool{}
 	for _, m := range st.Workloads {
 		members[m.Name] = true
+		if w, ok := set.find(m.Name); ok {
+			values[w.settings.Wave] = true
+		}
 	}
-	p := PlanNamespace(ns, ws, st.TargetRevision, st.MigrationID(), st.Wave, sizes)
+	member := func(x Planned) bool { return values[x.Group] && members[x.Name] }
 	var waves [][]Planned
 	for _, w := range p.Waves {
-		var keep []Planned
-		for _, x := range w {
-			if !members[x.Name] {
-				keep = append(keep, x)
-			}
+		// Only a wave that holds members is copied, without them.
+		if slices.ContainsFunc(w, member) {
+			w = slices.DeleteFunc(slices.Clone(w), member)
 		}
-		if len(keep) > 0 {
-			waves = append(waves, keep)
+		if len(w) > 0 {
+			waves = append(waves, w)
 		}
 	}
 	p.Waves = waves
@@ -685,34 +693,34 @@ func (d *decider) ensureLabel(value string) {
 // whether it decided anything.
 func (d *decider) ensureMoves() bool {
 	st := d.st
-	byName := d.workloads()
 	kept := st.Workloads[:0]
 	issued, held := false, false
 	var failed []WorkloadState
 	var reasons, reverted []string
 	for _, m := range st.Workloads {
-		w, ok := byName[m.Name]
+		p, ok := d.workloads.find(m.Name)
 		if !ok {
 			d.event("", EventWarning, "WorkloadGone", fmt.Sprintf("%s left wave %d: it no longer exists", describe(m.Name), st.Wave))
 			continue
 		}
+		w := *p.Workload
 		if m.State == StateMoving || m.State == StateFailed {
-			if settings, _ := ParseWorkload(w.Namespace, w.Name, w.Annotations); settings.Skip {
+			if p.settings.Skip {
 				m.State, m.Reason = StateSkipped, AnnotationSkip+" was set during wave "+fmt.Sprint(st.Wave)+": left where it is"
 				d.event(w.Name, EventNormal, "Skipped", m.Reason)
-				d.markOutcome(w, OutcomeSkipped)
+				d.markOutcome(p, OutcomeSkipped)
 			}
 		}
 		kept = append(kept, m)
 		if m.State == StateFailed && d.policy() == PolicyContinue {
-			d.markOutcome(w, OutcomeFailed) // once; again if the last one did not land
+			d.markOutcome(p, OutcomeFailed) // once; again if the last one did not land
 		}
 		if m.State != StateMoving {
 			continue
 		}
 		// A forward move of this migration, in whatever wave its record
 		// names, is never made twice.
-		_, moved := movedIn(w, st.MigrationID())
+		moved := p.movedIn(st.MigrationID()) != nil
 		switch answer, refused := d.in.Refused[w.Name]; {
 		case w.Paused:
 			why := fmt.Sprintf("%s is paused (spec.paused): it does not roll out", w.Name)
@@ -786,10 +794,9 @@ func withoutRestarts(events []Event) []Event {
 // Continue) or was skipped out of the wave whose record does not carry it
 // yet, and reports whether there was any.
 func (d *decider) outcomesPending() bool {
-	byName := d.workloads()
 	pending := false
 	for _, m := range d.st.Workloads {
-		w, ok := byName[m.Name]
+		w, ok := d.workloads.find(m.Name)
 		if !ok {
 			continue
 		}
@@ -802,7 +809,7 @@ func (d *decider) outcomesPending() bool {
 		default:
 			continue
 		}
-		if r, ok := forwardIn(w, d.st.MigrationID()); ok && r.Outcome == "" {
+		if r := w.forwardIn(d.st.MigrationID()); r != nil && r.Outcome == "" {
 			d.markOutcome(w, outcome)
 			pending = true
 		}
@@ -813,9 +820,9 @@ func (d *decider) outcomesPending() bool {
 // markOutcome writes on w's forward record of this migration that it did
 // not pass its wave (Failed, Skipped), in a patch that restarts nothing,
 // so that what is counted as moved never rests on the status alone.
-func (d *decider) markOutcome(w Workload, outcome string) {
-	r, ok := forwardIn(w, d.st.MigrationID())
-	if !ok || r.Outcome != "" {
+func (d *decider) markOutcome(w parsedWorkload, outcome string) {
+	fwd := w.forwardIn(d.st.MigrationID())
+	if fwd == nil || fwd.Outcome != "" {
 		return
 	}
 	for _, m := range d.out.Moves {
@@ -823,8 +830,9 @@ func (d *decider) markOutcome(w Workload, outcome string) {
 			return
 		}
 	}
+	r := *fwd
 	r.Outcome = outcome
-	d.out.Moves = append(d.out.Moves, Move{Workload: w.Name, Record: r, Patch: RecordPatch(w, r), RecordOnly: true})
+	d.out.Moves = append(d.out.Moves, Move{Workload: w.Name, Record: r, Patch: RecordPatch(*w.Workload, r), RecordOnly: true})
 }
 
 func (d *decider) addMove(w Workload, rec MoveRecord, message string) {
@@ -835,21 +843,12 @@ func (d *decider) addMove(w Workload, rec MoveRecord, message string) {
 
 // moving are the wave's members still moving that the snapshot holds, in
 // status order: not those that failed or were skipped out of the wave.
-func (d *decider) moving() []Workload {
-	byName := d.workloads()
-	var out []Workload
+func (d *decider) moving() []parsedWorkload {
+	var out []parsedWorkload
 	for _, m := range d.st.Workloads {
-		if w, ok := byName[m.Name]; ok && m.State == StateMoving {
+		if w, ok := d.workloads.find(m.Name); ok && m.State == StateMoving {
 			out = append(out, w)
 		}
-	}
-	return out
-}
-
-func (d *decider) workloads() map[string]Workload {
-	out := make(map[string]Workload, len(d.snap.Workloads))
-	for _, w := range d.snap.Workloads {
-		out[w.Name] = w
 	}
 	return out
 }
@@ -1037,9 +1036,8 @@ func (d *decider) waveFailed(v Verdict) {
 			return
 		}
 		d.event("", EventWarning, "FailureTolerated", fmt.Sprintf("%s; %d of %d workloads failed (%.0f%%), within maxFailedPercent %g: continuing", summary, nFailed, total, pct, d.cfg.MaxFailedPercent))
-		byName := d.workloads()
 		for _, m := range st.Workloads {
-			if w, ok := byName[m.Name]; ok && m.State == StateFailed {
+			if w, ok := d.workloads.find(m.Name); ok && m.State == StateFailed {
 				d.markOutcome(w, OutcomeFailed)
 			}
 		}
@@ -1339,28 +1337,39 @@ func (d *decider) startRollback(scope RollbackScope, why string) {
 // those moved in the current wave; with scope all, every workload this
 // migration moved. Both come from the Deployments' records, so the list
 // needs no room in the status.
-func (d *decider) rollbackMembers() []Workload {
-	return RollbackMembers(d.snap, d.st)
+func (d *decider) rollbackMembers() []parsedWorkload {
+	return rollbackMembers(d.workloads, d.st)
 }
 
-// RollbackMembers lists the workloads a rollback in progress returns. A
-// workload that carries meshwave.io/skip, or is paused, is left where it
-// is: meshwave never touches the one, and the other would not roll.
+// RollbackMembers lists the workloads a rollback in progress returns, in
+// name order. A workload that carries meshwave.io/skip, or is paused, is
+// left where it is: meshwave never touches the one, and the other would
+// not roll.
 func RollbackMembers(snap Snapshot, st *Status) []Workload {
+	set, _ := parseWorkloads(snap.Workloads)
 	var out []Workload
+	for _, w := range rollbackMembers(set, st) {
+		out = append(out, *w.Workload)
+	}
+	return out
+}
+
+// rollbackMembers is RollbackMembers over workloads already parsed.
+func rollbackMembers(set workloadSet, st *Status) []parsedWorkload {
+	var out []parsedWorkload
 	id := st.MigrationID()
-	for _, w := range sortedWorkloads(snap.Workloads) {
-		r, ok := ReadMoveRecord(w.Annotations)
-		if !ok || r.Migration != id || id == "" {
+	for _, w := range set {
+		r := w.record
+		if r == nil || r.Migration != id || id == "" {
 			continue
 		}
-		if settings, _ := ParseWorkload(w.Namespace, w.Name, w.Annotations); settings.Skip || w.Paused {
+		if w.settings.Skip || w.Paused {
 			continue
 		}
 		// A wave's rollback also returns moves recorded in later waves:
 		// none of them was judged.
 		if st.Rollback == RollbackAll || r.Wave >= st.Wave {
-			out = append(out, *w)
+			out = append(out, w)
 		}
 	}
 	return out
@@ -1393,8 +1402,8 @@ func (d *decider) rollingBack() {
 		if len(st.Workloads) < maxListed {
 			st.Workloads = append(st.Workloads, WorkloadState{Name: w.Name, State: StateRolledBack, Reason: progress[w.Name]})
 		}
-		fwd, ok := forwardIn(w, st.MigrationID())
-		if !ok {
+		fwd := w.forwardIn(st.MigrationID())
+		if fwd == nil {
 			continue // already rolled back
 		}
 		if answer, ok := d.in.Refused[w.Name]; ok {
@@ -1405,7 +1414,7 @@ func (d *decider) rollingBack() {
 		if st.Rollback == RollbackAll {
 			rec.Scope = RollbackAll
 		}
-		d.addMove(w, rec, fmt.Sprintf("rolling back to %s", st.SourceRevision))
+		d.addMove(*w.Workload, rec, fmt.Sprintf("rolling back to %s", st.SourceRevision))
 		issued = true
 	}
 	if len(refused) > 0 {
@@ -1490,8 +1499,8 @@ func (d *decider) ended() {
 // anyMoved reports whether any workload still carries a forward move of
 // this migration.
 func (d *decider) anyMoved() bool {
-	for _, w := range d.snap.Workloads {
-		if _, ok := forwardIn(w, d.st.MigrationID()); ok {
+	for _, w := range d.workloads {
+		if w.forwardIn(d.st.MigrationID()) != nil {
 			return true
 		}
 	}
@@ -1538,10 +1547,12 @@ func (d *decider) summarize(prev *Status) {
 	count := func(id string, field func(*Counts) *int) {
 		*field(&c)++
 		k := kindOfID(id)
-		if kinds[k] == nil {
-			kinds[k] = &Counts{}
+		kc := kinds[k]
+		if kc == nil {
+			kc = &Counts{}
+			kinds[k] = kc
 		}
-		*field(kinds[k])++
+		*field(kc)++
 	}
 	pending := func(c *Counts) *int { return &c.Pending }
 	moving := func(c *Counts) *int { return &c.Moving }
@@ -1584,8 +1595,8 @@ func (d *decider) summarize(prev *Status) {
 	}
 	returning := map[string]bool{}
 	if st.Phase == PhaseRollingBack || (st.Phase == PhasePaused && st.WaveState == WaveRollingBack) {
-		for _, w := range RollbackMembers(d.snap, st) {
-			if _, fwd := forwardIn(w, st.MigrationID()); fwd {
+		for _, w := range d.rollbackMembers() {
+			if w.forwardIn(st.MigrationID()) != nil {
 				returning[w.Name] = true
 				count(w.Name, moving) // on its way back
 			}
@@ -1608,8 +1619,8 @@ func (d *decider) summarize(prev *Status) {
 		c.Failed += st.PastFailed
 	}
 	if st.Phase == PhaseRollingBack || st.Phase == PhaseRolledBack {
-		for _, w := range d.snap.Workloads {
-			if _, ok := rolledBackIn(w, st.MigrationID()); ok {
+		for _, w := range d.workloads {
+			if w.rolledBackIn(st.MigrationID()) != nil {
 				count(w.Name, rolledBack)
 			}
 		}

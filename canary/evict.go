@@ -119,19 +119,19 @@ func ordinal(pod string) int {
 // expect is on record for this wave, unless the move did not pass its
 // wave (an outcome on its record) or the workload now carries
 // meshwave.io/skip.
-func (d *decider) evictions(members []Workload, expect string, rollback bool) {
+func (d *decider) evictions(members []parsedWorkload, expect string, rollback bool) {
 	for _, w := range members {
 		if !w.OnDelete && (!rollback || w.KindOf() != KindStatefulSet) {
 			continue
 		}
-		r, ok := ReadMoveRecord(w.Annotations)
-		if !ok || r.Migration != d.st.MigrationID() || r.Rollback != rollback || r.Revision != expect || r.Outcome != "" {
+		r := w.record
+		if r == nil || r.Migration != d.st.MigrationID() || r.Rollback != rollback || r.Revision != expect || r.Outcome != "" {
 			continue
 		}
-		if settings, _ := ParseWorkload(w.Namespace, w.Name, w.Annotations); settings.Skip {
+		if w.settings.Skip {
 			continue // meshwave.io/skip: never touched
 		}
-		pod, ok, _ := NextEviction(w, expect, rollback)
+		pod, ok, _ := NextEviction(*w.Workload, expect, rollback)
 		if !ok {
 			continue
 		}

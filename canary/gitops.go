@@ -244,7 +244,7 @@ func (d *decider) gitopsWarnings(plan NamespacePlan) []string {
 	}
 	byOwner := map[GitOpsOwner][]string{}
 	var owners []GitOpsOwner
-	for _, w := range sortedWorkloads(d.snap.Workloads) {
+	for _, w := range d.workloads {
 		o, ok := OwnerOf(w.Labels, w.Annotations)
 		if !ok || !inPlan[w.Name] {
 			continue
@@ -273,7 +273,7 @@ func (d *decider) gitopsWarnings(plan NamespacePlan) []string {
 // whether it paused the migration.
 func (d *decider) watchReverts() bool {
 	migration := d.st.MigrationID() // formatted once, not per workload
-	for _, w := range sortedWorkloads(d.snap.Workloads) {
+	for _, w := range d.workloads {
 		d.templateReverted(w, migration)
 	}
 	return d.labelReverted()
@@ -283,10 +283,10 @@ func (d *decider) watchReverts() bool {
 // stamp of a forward move of this migration (passed or in flight) while
 // its move record stayed: a sync put back the template from git. The
 // move counts as made; meshwave does not restart it again.
-func (d *decider) templateReverted(w *Workload, migration string) {
+func (d *decider) templateReverted(w parsedWorkload, migration string) {
 	st := d.st
-	r, ok := forwardIn(*w, migration)
-	if !ok || r.Outcome != "" {
+	r := w.movedIn(migration)
+	if r == nil {
 		return
 	}
 	at, err := time.Parse(time.RFC3339, w.TemplateAnnotations[AnnotationRestartedAt])

@@ -18,6 +18,9 @@ const (
 	KindDaemonSet   Kind = "DaemonSet"
 )
 
+// kindRanks is the number of ranks: rank gives 0 to kindRanks-1.
+const kindRanks = 3
+
 // rank is a kind's place in the default order.
 func (k Kind) rank() int {
 	switch k {

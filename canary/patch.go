@@ -39,12 +39,12 @@ type TemplateChanges struct {
 // asm.cpaas.io/msname together is treated as a legacy workload by Mesh v1.
 func PersistedSettings(w Workload, allow []string) TemplateChanges {
 	out := TemplateChanges{Labels: map[string]string{}, Annotations: map[string]string{}}
+	// The first by name of the injected pods that are not being deleted.
 	var pod *Pod
-	for _, p := range w.livePods() {
-		if p.Injected() {
-			p := p
-			pod = &p
-			break
+	for i := range w.Pods {
+		p := &w.Pods[i]
+		if !p.Terminating && p.Injected() && (pod == nil || p.Name < pod.Name) {
+			pod = p
 		}
 	}
 	if pod == nil {
@@ -77,36 +77,55 @@ func PersistedSettings(w Workload, allow []string) TemplateChanges {
 // resourceVersion the settings were computed from, so a concurrent change
 // makes it fail with a conflict instead of writing stale settings.
 func MovePatch(w Workload, changes TemplateChanges, record MoveRecord) []byte {
-	annotations := map[string]string{}
+	annotations := make(map[string]string, len(changes.Annotations)+1)
 	for k, v := range changes.Annotations {
 		annotations[k] = v
 	}
 	annotations[AnnotationRestartedAt] = restartStamp(w, record.At)
-	templateMeta := map[string]any{"annotations": annotations}
-	if len(changes.Labels) > 0 {
-		templateMeta["labels"] = changes.Labels
-	}
-	meta := map[string]any{"annotations": map[string]string{AnnotationMove: record.Encode()}}
-	if w.ResourceVersion != "" {
-		meta["resourceVersion"] = w.ResourceVersion
-	}
+	var p movePatch
+	p.Metadata = recordMeta(w, record)
+	p.Spec.Template.Metadata = templateMeta{Annotations: annotations, Labels: changes.Labels}
 	// Maps of strings always marshal.
-	patch, _ := json.Marshal(map[string]any{
-		"metadata": meta,
-		"spec":     map[string]any{"template": map[string]any{"metadata": templateMeta}},
-	})
+	patch, _ := json.Marshal(p)
 	return patch
 }
 
 // RecordPatch writes only the move record, fenced with the resourceVersion
 // it was decided from: it changes no template, so nothing restarts.
 func RecordPatch(w Workload, record MoveRecord) []byte {
-	meta := map[string]any{"annotations": map[string]string{AnnotationMove: record.Encode()}}
-	if w.ResourceVersion != "" {
-		meta["resourceVersion"] = w.ResourceVersion
-	}
-	patch, _ := json.Marshal(map[string]any{"metadata": meta})
+	patch, _ := json.Marshal(recordPatch{Metadata: recordMeta(w, record)})
 	return patch
+}
+
+// The patches are typed rather than built of maps, which encode slower.
+// Each struct's fields are in the order of their JSON names, the order a
+// map's keys encode in, so a patch reads the same as before.
+type (
+	movePatch struct {
+		Metadata objectMeta `json:"metadata"`
+		Spec     struct {
+			Template struct {
+				Metadata templateMeta `json:"metadata"`
+			} `json:"template"`
+		} `json:"spec"`
+	}
+	recordPatch struct {
+		Metadata objectMeta `json:"metadata"`
+	}
+	objectMeta struct {
+		Annotations     map[string]string `json:"annotations"`
+		ResourceVersion string            `json:"resourceVersion,omitempty"`
+	}
+	templateMeta struct {
+		Annotations map[string]string `json:"annotations"`
+		Labels      map[string]string `json:"labels,omitempty"`
+	}
+)
+
+// recordMeta is the metadata of a patch that records a move on w: the
+// record, and w's resourceVersion as the fence.
+func recordMeta(w Workload, record MoveRecord) objectMeta {
+	return objectMeta{Annotations: map[string]string{AnnotationMove: record.Encode()}, ResourceVersion: w.ResourceVersion}
 }
 
 // recordSince reports whether w carries a readable record written at or

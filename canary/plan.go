@@ -1,12 +1,10 @@
 package canary
 
 import (
-	"cmp"
 	"fmt"
 	"maps"
 	"slices"
 	"sort"
-	"strings"
 	"time"
 )
 
@@ -23,6 +21,48 @@ type Planned struct {
 	Group int
 	// rank is its kind's place in the default order.
 	rank int
+}
+
+// place is where a workload goes in the plan, before name order: its
+// meshwave.io/wave value, then its kind. It is one number, the value
+// times the number of kinds plus the kind's rank (always less than that
+// number), so that places order by value, then kind, as integers do, and
+// are looked up as integers.
+type place int
+
+func (p Planned) place() place { return place(p.Group*kindRanks + p.rank) }
+
+// inPlanOrder orders workloads to move by place, keeping the name order
+// they come in within each place. A namespace has a few places and may
+// have thousands of workloads: rather than sort them, it numbers the
+// places as it meets them, counts the workloads of each, and puts each
+// workload after those of the places that go before its own.
+func inPlanOrder(todo []Planned) []Planned {
+	number := map[place]int{}         // each place's number, in the order met
+	var counts []int                  // the workloads of each place, by number
+	numbers := make([]int, len(todo)) // each workload's place number
+	for i, p := range todo {
+		n, met := number[p.place()]
+		if !met {
+			n = len(counts)
+			number[p.place()] = n
+			counts = append(counts, 0)
+		}
+		numbers[i] = n
+		counts[n]++
+	}
+	next := make([]int, len(counts)) // where the next workload of each place goes
+	at := 0
+	for _, k := range slices.Sorted(maps.Keys(number)) {
+		n := number[k]
+		next[n], at = at, at+counts[n]
+	}
+	out := make([]Planned, len(todo))
+	for i, p := range todo {
+		out[next[numbers[i]]] = p
+		next[numbers[i]]++
+	}
+	return out
 }
 
 // NamespacePlan is the plan for one namespace.
@@ -92,16 +132,23 @@ const MaxWaveSize = maxMembers
 // For example, with CanarySize 1, BatchSize 2 and workloads a(0) b(1) c(1)
 // d(1) e(100): the waves are [a] [b c] [d] [e].
 func PlanNamespace(ns string, deployments []Workload, targetRevision, migration string, wavesRun int, sizes WaveSizes) NamespacePlan {
+	set, _ := parseWorkloads(deployments)
+	return planNamespace(ns, set, targetRevision, migration, wavesRun, sizes)
+}
+
+// planNamespace is PlanNamespace over workloads already parsed.
+func planNamespace(ns string, set workloadSet, targetRevision, migration string, wavesRun int, sizes WaveSizes) NamespacePlan {
 	sizes = sizes.withDefaults()
 	plan := NamespacePlan{Namespace: ns, TargetRevision: targetRevision}
-	var todo []Planned
+	// The workloads to move, in name order, as the set is.
+	todo := make([]Planned, 0, len(set))
 	// Moves of this migration recorded in a wave after wavesRun were made
 	// but never judged (the status is older than they are): they are
 	// judged next, wave by wave, before anything else moves.
 	recorded := map[int][]Planned{}
-	for _, w := range sortedWorkloads(deployments) {
-		settings, _ := ParseWorkload(w.Namespace, w.Name, w.Annotations)
-		if reason := gatewayReason(*w); reason != "" {
+	for _, w := range set {
+		settings := w.settings
+		if reason := gatewayReason(w.Workload); reason != "" {
 			plan.Excluded = append(plan.Excluded, Exclusion{w.Name, reason})
 			continue
 		}
@@ -109,12 +156,12 @@ func PlanNamespace(ns string, deployments []Workload, targetRevision, migration 
 			plan.Excluded = append(plan.Excluded, Exclusion{w.Name, AnnotationSkip + " is true"})
 			continue
 		}
-		if r, ok := forwardIn(*w, migration); ok && r.Outcome == OutcomeFailed {
+		if r := w.forwardIn(migration); r != nil && r.Outcome == OutcomeFailed {
 			// Failed its wave, tolerated: it stays where it is.
 			plan.Failed = append(plan.Failed, w.Name)
 			continue
 		}
-		if r, ok := movedIn(*w, migration); ok {
+		if r := w.movedIn(migration); r != nil {
 			if r.Wave > wavesRun {
 				recorded[r.Wave] = append(recorded[r.Wave], Planned{Name: w.Name, Group: settings.Wave})
 				continue
@@ -131,7 +178,8 @@ func PlanNamespace(ns string, deployments []Workload, targetRevision, migration 
 			continue
 		}
 		live, injected, onTarget := 0, 0, 0
-		for _, p := range w.Pods {
+		for i := range w.Pods {
+			p := &w.Pods[i] // a Pod is large: only two of its fields are read
 			if p.Terminating {
 				continue
 			}
@@ -153,16 +201,8 @@ func PlanNamespace(ns string, deployments []Workload, targetRevision, migration 
 		}
 	}
 	// Within a meshwave.io/wave value, Deployments go first, then
-	// StatefulSets, then DaemonSets. IDs are unique, so the order is total.
-	slices.SortFunc(todo, func(a, b Planned) int {
-		if a.Group != b.Group {
-			return cmp.Compare(a.Group, b.Group)
-		}
-		if a.rank != b.rank {
-			return cmp.Compare(a.rank, b.rank)
-		}
-		return strings.Compare(a.Name, b.Name)
-	})
+	// StatefulSets, then DaemonSets, each in name order.
+	ordered := inPlanOrder(todo)
 	for _, wave := range slices.Sorted(maps.Keys(recorded)) {
 		for ws := recorded[wave]; len(ws) > 0; {
 			n := min(len(ws), MaxWaveSize)
@@ -170,31 +210,20 @@ func PlanNamespace(ns string, deployments []Workload, targetRevision, migration 
 			ws = ws[n:]
 		}
 	}
-	for len(todo) > 0 {
+	for len(ordered) > 0 {
 		size := sizes.BatchSize
 		if wavesRun == 0 && len(plan.Waves) == 0 {
 			// The canary: the first wave, never one of recorded moves.
 			size = sizes.CanarySize
 		}
 		n := 0
-		for n < len(todo) && n < size && todo[n].Group == todo[0].Group {
+		for n < len(ordered) && n < size && ordered[n].Group == ordered[0].Group {
 			n++
 		}
-		plan.Waves = append(plan.Waves, todo[:n])
-		todo = todo[n:]
+		plan.Waves = append(plan.Waves, ordered[:n])
+		ordered = ordered[n:]
 	}
 	return plan
-}
-
-// sortedWorkloads orders ws by name, by reference: a Workload is large,
-// and a namespace may hold thousands.
-func sortedWorkloads(ws []Workload) []*Workload {
-	out := make([]*Workload, len(ws))
-	for i := range ws {
-		out[i] = &ws[i]
-	}
-	slices.SortFunc(out, func(a, b *Workload) int { return strings.Compare(a.Name, b.Name) })
-	return out
 }
 
 // PlanInput is one opted-in namespace for PlanWaves.
@@ -230,7 +259,8 @@ func PlanWaves(inputs []PlanInput, sizes WaveSizes) []NamespacePlan {
 		if in.Status != nil && in.Status.Target == settings.Target && in.Status.TargetRevision == rev && !terminal(in.Status.Phase) {
 			st = in.Status
 		}
-		p := planRemaining(s.Namespace.Name, s.Workloads, st, sizes)
+		set, _ := parseWorkloads(s.Workloads)
+		p := planRemaining(s.Namespace.Name, set, st, sizes)
 		p.TargetRevision = rev
 		p.Priority, p.Target = settings.Priority, settings.Target
 		plans = append(plans, p)

@@ -74,16 +74,30 @@ func ParseMigrationID(id string) (string, time.Time, bool) {
 // status remains the truth about where the workload is, and a workload
 // whose pods all run the target is never planned again.
 func ReadMoveRecord(annotations map[string]string) (MoveRecord, bool) {
+	if r := readMoveRecord(annotations); r != nil {
+		return *r, true
+	}
+	return MoveRecord{}, false
+}
+
+// readMoveRecord is ReadMoveRecord's record, or nil when there is none.
+func readMoveRecord(annotations map[string]string) *MoveRecord {
 	raw, ok := annotations[AnnotationMove]
 	if !ok {
-		return MoveRecord{}, false
+		return nil
 	}
-	var r MoveRecord
-	strict, err := sigsjson.UnmarshalStrict([]byte(raw), &r)
+	return decodeMoveRecord(raw)
+}
+
+// decodeMoveRecord reads the value of meshwave.io/move; nil when it is
+// not exactly what meshwave writes.
+func decodeMoveRecord(raw string) *MoveRecord {
+	r := new(MoveRecord)
+	strict, err := sigsjson.UnmarshalStrict([]byte(raw), r)
 	if err != nil || len(strict) > 0 || !r.valid() {
-		return MoveRecord{}, false
+		return nil
 	}
-	return r, true
+	return r
 }
 
 func (r MoveRecord) valid() bool {
@@ -113,35 +127,4 @@ func (r MoveRecord) valid() bool {
 func (r MoveRecord) Encode() string {
 	raw, _ := json.Marshal(r)
 	return string(raw)
-}
-
-// movedIn reports whether w carries a record of a forward move made by the
-// given migration that counts as moved (no outcome: it was not failed or
-// skipped out of its wave).
-func movedIn(w Workload, migration string) (MoveRecord, bool) {
-	r, ok := forwardIn(w, migration)
-	if !ok || r.Outcome != "" {
-		return MoveRecord{}, false
-	}
-	return r, true
-}
-
-// forwardIn reports whether w's last record is a forward move made by the
-// given migration, whatever its outcome.
-func forwardIn(w Workload, migration string) (MoveRecord, bool) {
-	r, ok := ReadMoveRecord(w.Annotations)
-	if !ok || migration == "" || r.Rollback || r.Migration != migration {
-		return MoveRecord{}, false
-	}
-	return r, true
-}
-
-// rolledBackIn reports whether w carries a record of a rollback made by the
-// given migration.
-func rolledBackIn(w Workload, migration string) (MoveRecord, bool) {
-	r, ok := ReadMoveRecord(w.Annotations)
-	if !ok || migration == "" || !r.Rollback || r.Migration != migration {
-		return MoveRecord{}, false
-	}
-	return r, true
 }

@@ -227,7 +227,7 @@ func (w Workload) livePods() []Pod {
 // gatewayReason says why w is a gateway, or "" when it is not. It follows
 // the runbook's test (the operator component label ending in Gateways, or a
 // gateway injection template) and the labels Istio's gateway installs use.
-func gatewayReason(w Workload) string {
+func gatewayReason(w *Workload) string {
 	for _, labels := range []map[string]string{w.Labels, w.TemplateLabels} {
 		if c := labels["operator.istio.io/component"]; strings.HasSuffix(c, "Gateways") {
 			return "gateway (operator.istio.io/component=" + c + ")"

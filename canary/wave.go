@@ -42,7 +42,8 @@ func WaveToVerify(snap Snapshot, st *Status, cfg Config) (WaveUnderTest, bool) {
 	if _, ok := snap.Namespace.Annotations[AnnotationRollback]; ok {
 		return WaveUnderTest{}, false
 	}
-	if _, why := recordConflict(snap.Workloads, st); why != "" {
+	set, _ := parseWorkloads(snap.Workloads)
+	if _, why := recordConflict(set, st); why != "" {
 		// The decision rebuilds the status from the records first.
 		return WaveUnderTest{}, false
 	}
@@ -55,11 +56,7 @@ func WaveToVerify(snap Snapshot, st *Status, cfg Config) (WaveUnderTest, bool) {
 	if st.Analysis != nil {
 		out.Analysis = *st.Analysis
 	}
-	byName := map[string]Workload{}
-	for _, w := range snap.Workloads {
-		byName[w.Name] = w
-	}
-	var members []Workload
+	var members []parsedWorkload
 	switch {
 	case (st.Phase == PhaseMigrating || st.Phase == PhaseAnalyzing) && st.WaveState == WaveVerifying:
 		out.Expect = st.TargetRevision
@@ -67,20 +64,20 @@ func WaveToVerify(snap Snapshot, st *Status, cfg Config) (WaveUnderTest, bool) {
 			if m.State != StateMoving {
 				continue
 			}
-			w, ok := byName[m.Name]
+			w, ok := set.find(m.Name)
 			if !ok {
 				return WaveUnderTest{}, false
 			}
-			if _, ok := movedIn(w, st.MigrationID()); !ok {
+			if w.movedIn(st.MigrationID()) == nil {
 				return WaveUnderTest{}, false
 			}
 			members = append(members, w)
 		}
 	case st.Phase == PhaseRollingBack && st.WaveState == WaveRollingBack:
 		out.Expect, out.Rollback = st.SourceRevision, true
-		members = RollbackMembers(snap, st)
+		members = rollbackMembers(set, st)
 		for _, w := range members {
-			if _, ok := rolledBackIn(w, st.MigrationID()); !ok {
+			if w.rolledBackIn(st.MigrationID()) == nil {
 				return WaveUnderTest{}, false
 			}
 		}
@@ -91,14 +88,14 @@ func WaveToVerify(snap Snapshot, st *Status, cfg Config) (WaveUnderTest, bool) {
 		return WaveUnderTest{}, false
 	}
 	for _, w := range members {
-		rec, _ := ReadMoveRecord(w.Annotations)
-		settings, _ := ParseWorkload(w.Namespace, w.Name, w.Annotations)
+		// Every member carries a record: of this move, or of this rollback.
+		rec := *w.record
 		start := rec.At
 		if out.GatesSince.After(start) {
 			start = out.GatesSince
 		}
-		timeout := durationOr(settings.ReadinessTimeout, cfg.ReadinessTimeout)
-		out.Workloads = append(out.Workloads, WaveWorkload{Workload: w, Record: rec, Deadline: start.Add(timeout), Timeout: timeout})
+		timeout := durationOr(w.settings.ReadinessTimeout, cfg.ReadinessTimeout)
+		out.Workloads = append(out.Workloads, WaveWorkload{Workload: *w.Workload, Record: rec, Deadline: start.Add(timeout), Timeout: timeout})
 	}
 	return out, true
 }
