@@ -51,6 +51,8 @@ type Caches struct {
 	// compat reads the kinds of the compatibility prechecks; nil unless
 	// WatchCompat was called.
 	compat *compatCaches
+	// peerMemo keeps the namespaces read as peers.
+	peerMemo peerMemo
 }
 
 // NewCaches builds the informers. Their transform keeps only what

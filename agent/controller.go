@@ -157,7 +157,7 @@ func (c *Controller) addHandlers() error {
 			if o.Annotations[canary.AnnotationStatus] != n.Annotations[canary.AnnotationStatus] ||
 				o.Annotations[canary.AnnotationTargetRevision] != n.Annotations[canary.AnnotationTargetRevision] ||
 				o.Annotations[canary.AnnotationPriority] != n.Annotations[canary.AnnotationPriority] {
-				c.enqueueAll()
+				c.enqueueAwaitingAdmission()
 			}
 		},
 		DeleteFunc: func(any) { c.enqueueAll() },
@@ -228,6 +228,24 @@ func (c *Controller) enqueueOwnerNamespace(obj any) {
 	}
 	if n, err := c.caches.Namespaces.Get(ns); err == nil && concerns(n) {
 		c.queue.Add(ns)
+	}
+}
+
+// enqueueAwaitingAdmission enqueues the namespaces whose decision depends
+// on the others' slots: those opted in that hold none and have not ended.
+// Only their admission reads the peers; a namespace migrating, or done,
+// decides the same whatever the others do, and reconciling every one on
+// every status write made each write cost as many reconciles as there
+// are opted-in namespaces.
+func (c *Controller) enqueueAwaitingAdmission() {
+	nss, err := c.caches.Namespaces.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, ns := range nss {
+		if p, ok := c.caches.peerOf(ns); ok && !p.HoldsSlot && !canary.Terminal(p.Phase) {
+			c.queue.Add(ns.Name)
+		}
 	}
 }
 

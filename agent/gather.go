@@ -420,12 +420,24 @@ func (c *Caches) peers(self string) ([]canary.Peer, error) {
 		if ns.Name == self {
 			continue
 		}
-		movedOnRecord := func() bool { return c.movedOnRecord(ns.Name) }
-		if p, ok := canary.PeerOf(ns.Name, ns.Annotations, movedOnRecord); ok {
+		if p, ok := c.peerOf(ns); ok {
 			out = append(out, p)
 		}
 	}
+	if c.peerMemo.size() > len(nss) {
+		names := make(map[string]bool, len(nss))
+		for _, ns := range nss {
+			names[ns.Name] = true
+		}
+		c.peerMemo.keepOnly(names)
+	}
 	return out, nil
+}
+
+// peerOf reads ns as a peer: its target, priority and whether it holds a
+// migration slot.
+func (c *Caches) peerOf(ns *corev1.Namespace) (canary.Peer, bool) {
+	return c.peerMemo.of(ns, func() bool { return c.movedOnRecord(ns.Name) })
 }
 
 // movedOnRecord reports whether any workload of ns carries a move record.

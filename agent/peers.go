@@ -1,0 +1,71 @@
+package agent
+
+import (
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/meshwave/meshwave/canary"
+)
+
+// peerMemo keeps each namespace's canary.PeerOf by the resourceVersion it
+// was read at. Every reconcile reads every other namespace as a peer, and
+// a status is JSON: at hundreds of opted-in namespaces, parsing each one
+// again for each reconcile made the work of one status change grow with
+// the square of their number. A namespace that changes has a new
+// resourceVersion, so an entry never outlives what it was read from.
+// Answers that consulted the namespace's workloads (a peer without a
+// status, which holds a slot if a workload carries a move record) are not
+// kept: a workload can change without its namespace changing.
+type peerMemo struct {
+	mu      sync.Mutex
+	entries map[string]peerEntry
+}
+
+type peerEntry struct {
+	resourceVersion string
+	peer            canary.Peer
+	ok              bool
+}
+
+// of returns ns as a peer, reading its workloads through movedOnRecord
+// only when its annotations do not settle it.
+func (m *peerMemo) of(ns *corev1.Namespace, movedOnRecord func() bool) (canary.Peer, bool) {
+	m.mu.Lock()
+	e, hit := m.entries[ns.Name]
+	m.mu.Unlock()
+	if hit && e.resourceVersion == ns.ResourceVersion && ns.ResourceVersion != "" {
+		return e.peer, e.ok
+	}
+	asked := false
+	p, ok := canary.PeerOf(ns.Name, ns.Annotations, func() bool { asked = true; return movedOnRecord() })
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.entries == nil {
+		m.entries = map[string]peerEntry{}
+	}
+	if asked {
+		delete(m.entries, ns.Name)
+	} else {
+		m.entries[ns.Name] = peerEntry{resourceVersion: ns.ResourceVersion, peer: p, ok: ok}
+	}
+	return p, ok
+}
+
+// keepOnly forgets the namespaces not in names: those deleted.
+func (m *peerMemo) keepOnly(names map[string]bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for name := range m.entries {
+		if !names[name] {
+			delete(m.entries, name)
+		}
+	}
+}
+
+// size is the number of namespaces remembered.
+func (m *peerMemo) size() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.entries)
+}
