@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"reflect"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -61,4 +62,33 @@ func TestTheWatchListConsistencyCheckReadsThePodAndReplicaSetCaches(t *testing.T
 			func(context.Context, metav1.ListOptions) (*appsv1.ReplicaSetList, error) { return rss.DeepCopy(), nil },
 			consistencydetector.TransformFunc(tf), metav1.ListOptions{}, func() []any { return storedRSs })
 	}, "replicasets")
+}
+
+// With KUBE_CACHE_MUTATION_DETECTOR=true, client-go deep-copies every
+// object it caches and later compares the two with reflect.DeepEqual: a
+// copy equals its object and shares none of its maps, those of the pool
+// included, so that a write into a cached pod's labels shows.
+func TestACachedPodsCopyIsEqualAndItsOwn(t *testing.T) {
+	tf := transform(map[string]bool{canary.AnnotationSidecar: true})
+	istiod := istioInjectedPod("istio-system", "istiod", 0)
+	istiod.Labels["app"] = "istiod"
+	for _, obj := range []runtime.Object{istioInjectedPod("shop", "cart", 0), istiod, replicaSetOf(appliedDeployment("shop", "cart", 1), templateHash, 2)} {
+		kept, err := tf(obj)
+		require.NoError(t, err)
+		cached := kept.(runtime.Object)
+		copied := cached.DeepCopyObject()
+		require.True(t, reflect.DeepEqual(cached, copied), "%T", cached)
+
+		m, err := meta.Accessor(copied)
+		require.NoError(t, err)
+		if m.GetLabels() != nil {
+			m.GetLabels()["written"] = "by mistake"
+		}
+		m.GetOwnerReferences()[0].Name = "another"
+		assert.False(t, reflect.DeepEqual(cached, copied), "%T", cached)
+		original, err := meta.Accessor(cached)
+		require.NoError(t, err)
+		assert.NotContains(t, original.GetLabels(), "written")
+		assert.NotEqual(t, "another", original.GetOwnerReferences()[0].Name)
+	}
 }

@@ -3,6 +3,8 @@ package agent
 import (
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/meshwave/meshwave/canary"
 )
@@ -23,6 +25,18 @@ type CachedReplicaSet struct {
 	// Deployment's template no longer carries it (a GitOps sync put the
 	// template back).
 	RestartedAt string
+}
+
+// GetObjectKind names no kind, as a decoded object's type metadata does
+// not; with DeepCopyObject it makes a CachedReplicaSet a runtime.Object,
+// as CachedPod is one.
+func (rs *CachedReplicaSet) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+// DeepCopyObject copies the ReplicaSet.
+func (rs *CachedReplicaSet) DeepCopyObject() runtime.Object {
+	out := *rs
+	rs.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	return &out
 }
 
 // slimReplicaSet keeps of a ReplicaSet what CachedReplicaSet holds;
