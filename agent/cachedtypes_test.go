@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"reflect"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -90,5 +91,23 @@ func TestACachedPodsCopyIsEqualAndItsOwn(t *testing.T) {
 		require.NoError(t, err)
 		assert.NotContains(t, original.GetLabels(), "written")
 		assert.NotEqual(t, "another", original.GetOwnerReferences()[0].Name)
+	}
+}
+
+// Every cached object keeps its resourceVersion: a shared informer tells
+// an update from a resync by it (an update whose object keeps its
+// resourceVersion reaches a handler only at its resync), and its store
+// records the newest it saw.
+func TestTheCachedObjectsKeepTheirResourceVersion(t *testing.T) {
+	tf := transform(map[string]bool{canary.AnnotationSidecar: true})
+	for i, obj := range clusterAsServed() {
+		m, err := meta.Accessor(obj)
+		require.NoError(t, err)
+		m.SetResourceVersion(strconv.Itoa(48000 + i))
+		kept, err := tf(obj.DeepCopyObject())
+		require.NoError(t, err)
+		k, err := meta.Accessor(kept)
+		require.NoError(t, err)
+		assert.Equal(t, m.GetResourceVersion(), k.GetResourceVersion(), "%T %s", obj, m.GetName())
 	}
 }
