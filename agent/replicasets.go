@@ -39,11 +39,13 @@ func (rs *CachedReplicaSet) DeepCopyObject() runtime.Object {
 	return &out
 }
 
-// slimReplicaSet keeps of a ReplicaSet what CachedReplicaSet holds;
-// nothing reads its labels, other annotations, selector or status.
+// slimReplicaSet keeps of a ReplicaSet what CachedReplicaSet holds, and
+// its resourceVersion, by which its informer tells an update from a
+// resync; nothing reads its labels, other annotations, selector or
+// status.
 func slimReplicaSet(rs *appsv1.ReplicaSet) *CachedReplicaSet {
 	return &CachedReplicaSet{
-		ObjectMeta: metav1.ObjectMeta{Name: rs.Name, Namespace: intern(rs.Namespace),
+		ObjectMeta: metav1.ObjectMeta{Name: rs.Name, Namespace: intern(rs.Namespace), ResourceVersion: rs.ResourceVersion,
 			OwnerReferences: internOwners(controllerOnly(rs.OwnerReferences))},
 		Revision:    intern(rs.Annotations[revisionAnno]),
 		RestartedAt: intern(rs.Spec.Template.Annotations[canary.AnnotationRestartedAt]),
