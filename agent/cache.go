@@ -284,10 +284,11 @@ func slimDaemonSet(d *appsv1.DaemonSet) *appsv1.DaemonSet {
 
 // slimRevision keeps what names a DaemonSet's current template: the
 // ControllerRevision's controller, revision number and hash label, not
-// its data.
+// its data; and its resourceVersion, by which its informer tells an
+// update from a resync.
 func slimRevision(r *appsv1.ControllerRevision) *appsv1.ControllerRevision {
 	out := &appsv1.ControllerRevision{ObjectMeta: metav1.ObjectMeta{Name: r.Name, Namespace: intern(r.Namespace),
-		OwnerReferences: internOwners(controllerOnly(r.OwnerReferences))}, Revision: r.Revision}
+		ResourceVersion: r.ResourceVersion, OwnerReferences: internOwners(controllerOnly(r.OwnerReferences))}, Revision: r.Revision}
 	if hash, ok := r.Labels[appsv1.DefaultDaemonSetUniqueLabelKey]; ok {
 		out.Labels = map[string]string{appsv1.DefaultDaemonSetUniqueLabelKey: hash}
 	}

@@ -1,11 +1,9 @@
 package agent
 
 import (
+	"hash/maphash"
 	"maps"
 	"runtime"
-	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"unique"
 	"weak"
@@ -56,8 +54,12 @@ func internOwners(owners []metav1.OwnerReference) []metav1.OwnerReference {
 // it hands out are shared, so they must never be written to; no cached
 // object's may be anyway.
 type metaPool struct {
-	mu      sync.Mutex
-	entries map[string]weak.Pointer[sharedMeta]
+	mu sync.Mutex
+	// entries are keyed by a hash of the labels and annotations: a key
+	// that spelt them out would cost a pod whose labels are its own (a
+	// StatefulSet's, a Job's) as much again as the maps themselves.
+	entries map[uint64]weak.Pointer[sharedMeta]
+	seed    maphash.Seed
 }
 
 // sharedMeta is the labels and annotations the pods of one entry share.
@@ -66,7 +68,7 @@ type sharedMeta struct {
 }
 
 func newMetaPool() *metaPool {
-	return &metaPool{entries: map[string]weak.Pointer[sharedMeta]{}}
+	return &metaPool{entries: map[uint64]weak.Pointer[sharedMeta]{}, seed: maphash.MakeSeed()}
 }
 
 // share makes p hold the pool's copy of its labels and annotations, and
@@ -78,13 +80,17 @@ func (pool *metaPool) share(p *CachedPod) *CachedPod {
 }
 
 // get returns the entry of these labels and annotations, adding it from
-// them when the pool has none.
+// them when the pool has none. Labels and annotations whose hash an entry
+// of others holds get an entry of their own, outside the pool.
 func (pool *metaPool) get(labels, annotations map[string]string) *sharedMeta {
-	key := metaKey(labels, annotations)
+	key := pool.key(labels, annotations)
 	pool.mu.Lock()
 	defer pool.mu.Unlock()
 	if m := pool.entries[key].Value(); m != nil {
-		return m
+		if maps.Equal(m.labels, labels) && maps.Equal(m.annotations, annotations) {
+			return m
+		}
+		return &sharedMeta{labels: labels, annotations: annotations}
 	}
 	m := &sharedMeta{labels: labels, annotations: annotations}
 	ref := weak.Make(m)
@@ -95,7 +101,7 @@ func (pool *metaPool) get(labels, annotations map[string]string) *sharedMeta {
 
 // pooledKey names an entry for its cleanup.
 type pooledKey struct {
-	key string
+	key uint64
 	ref weak.Pointer[sharedMeta]
 }
 
@@ -109,21 +115,22 @@ func (pool *metaPool) forget(k pooledKey) {
 	}
 }
 
-// metaKey encodes labels and annotations as one string, which differs
-// whenever they do: each key and value prefixed by its length, sorted by
-// key, labels first.
-func metaKey(labels, annotations map[string]string) string {
-	var b strings.Builder
-	for _, m := range []map[string]string{labels, annotations} {
-		b.WriteString(strconv.Itoa(len(m)))
-		for _, k := range slices.Sorted(maps.Keys(m)) {
-			for _, s := range []string{k, m[k]} {
-				b.WriteString(strconv.Itoa(len(s)))
-				b.WriteByte(':')
-				b.WriteString(s)
-			}
+// key hashes labels and annotations, in any order: the sum of the hashes
+// of their pairs, each hashed with the map it is in. Equal maps hash
+// alike; get compares the maps of a key it finds, so unequal ones that
+// hash alike are told apart.
+func (pool *metaPool) key(labels, annotations map[string]string) uint64 {
+	sum := uint64(len(labels))<<32 | uint64(len(annotations))
+	for i, m := range [2]map[string]string{labels, annotations} {
+		for k, v := range m {
+			var h maphash.Hash
+			h.SetSeed(pool.seed)
+			h.WriteByte(byte(i))
+			h.WriteString(k)
+			h.WriteByte(0)
+			h.WriteString(v)
+			sum += h.Sum64()
 		}
-		b.WriteByte(';')
 	}
-	return b.String()
+	return sum
 }

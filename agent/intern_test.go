@@ -38,20 +38,35 @@ func TestPodsOfOneTemplateShareTheirLabelsAndAnnotations(t *testing.T) {
 	}, 5*time.Second, 10*time.Millisecond)
 }
 
-func TestMetaKeysDifferWhenLabelsOrAnnotationsDo(t *testing.T) {
-	keys := map[string]bool{}
+// Equal labels and annotations get one key, in any order; unequal ones
+// that hash alike are told apart, each pod keeping its own.
+func TestThePoolTellsApartMapsOfOneKey(t *testing.T) {
+	pool := newMetaPool()
+	assert.Equal(t, pool.key(map[string]string{"a": "1", "b": "2"}, nil), pool.key(map[string]string{"b": "2", "a": "1"}, map[string]string{}))
+	keys := map[uint64]bool{}
 	for _, m := range [][2]map[string]string{
 		{nil, nil},
 		{{"a": "b"}, nil},
 		{nil, {"a": "b"}},
 		{{"a": "b", "c": "d"}, nil},
 		{{"a": "bc", "": "d"}, nil},
-		{{"a": "b:c"}, nil},
-		{{"a:b": "c"}, nil},
+		{{"a": "b", "c": "d"}, {"a": "b"}},
+		{{"a": "b"}, {"a": "b", "c": "d"}},
+		{{"ab": ""}, nil},
 		{{"a": "b"}, {"a": "b"}},
 	} {
-		keys[metaKey(m[0], m[1])] = true
+		keys[pool.key(m[0], m[1])] = true
 	}
-	assert.Len(t, keys, 8)
-	assert.Equal(t, metaKey(map[string]string{"a": "1", "b": "2"}, nil), metaKey(map[string]string{"b": "2", "a": "1"}, map[string]string{}))
+	assert.Len(t, keys, 9)
+
+	keep := map[string]bool{canary.AnnotationSidecar: true}
+	cart := pool.share(slimPod(istioInjectedPod("shop", "cart", 0), keep))
+	orders := slimPod(istioInjectedPod("shop", "orders", 0), keep)
+	// orders' labels hash as cart's do.
+	pool.entries[pool.key(orders.Labels, orders.Annotations)] = pool.entries[pool.key(cart.Labels, cart.Annotations)]
+	orders = pool.share(orders)
+	assert.Equal(t, "orders", orders.Labels["app"])
+	assert.Equal(t, "cart", cart.Labels["app"])
+	assert.Equal(t, istioInjectedPod("shop", "orders", 0).Labels, orders.Labels)
+	runtime.KeepAlive(cart)
 }

@@ -1,8 +1,12 @@
 package agent
 
 import (
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // CachedPod is what the caches keep of a pod: its metadata, of its
@@ -29,6 +33,24 @@ type CachedPod struct {
 	// shared keeps alive the pool's entry of the labels and annotations
 	// the pod shares with others; nil when they are its own.
 	shared *sharedMeta
+}
+
+// GetObjectKind names no kind, as a decoded object's type metadata does
+// not. With DeepCopyObject it makes a CachedPod the runtime.Object client-go
+// takes a transformed object for where it checks its caches
+// (KUBE_WATCHLIST_INCONSISTENCY_DETECTOR, KUBE_CACHE_MUTATION_DETECTOR).
+func (p *CachedPod) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+// DeepCopyObject copies the pod with labels and annotations of its own,
+// outside the pool.
+func (p *CachedPod) DeepCopyObject() runtime.Object {
+	out := *p
+	p.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	out.Containers = slices.Clone(p.Containers)
+	if p.shared != nil {
+		out.shared = &sharedMeta{labels: out.Labels, annotations: out.Annotations}
+	}
+	return &out
 }
 
 // ContainerImage is a container's name and image.

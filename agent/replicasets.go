@@ -3,6 +3,8 @@ package agent
 import (
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/meshwave/meshwave/canary"
 )
@@ -25,11 +27,25 @@ type CachedReplicaSet struct {
 	RestartedAt string
 }
 
-// slimReplicaSet keeps of a ReplicaSet what CachedReplicaSet holds;
-// nothing reads its labels, other annotations, selector or status.
+// GetObjectKind names no kind, as a decoded object's type metadata does
+// not; with DeepCopyObject it makes a CachedReplicaSet a runtime.Object,
+// as CachedPod is one.
+func (rs *CachedReplicaSet) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+// DeepCopyObject copies the ReplicaSet.
+func (rs *CachedReplicaSet) DeepCopyObject() runtime.Object {
+	out := *rs
+	rs.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	return &out
+}
+
+// slimReplicaSet keeps of a ReplicaSet what CachedReplicaSet holds, and
+// its resourceVersion, by which its informer tells an update from a
+// resync; nothing reads its labels, other annotations, selector or
+// status.
 func slimReplicaSet(rs *appsv1.ReplicaSet) *CachedReplicaSet {
 	return &CachedReplicaSet{
-		ObjectMeta: metav1.ObjectMeta{Name: rs.Name, Namespace: intern(rs.Namespace),
+		ObjectMeta: metav1.ObjectMeta{Name: rs.Name, Namespace: intern(rs.Namespace), ResourceVersion: rs.ResourceVersion,
 			OwnerReferences: internOwners(controllerOnly(rs.OwnerReferences))},
 		Revision:    intern(rs.Annotations[revisionAnno]),
 		RestartedAt: intern(rs.Spec.Template.Annotations[canary.AnnotationRestartedAt]),
