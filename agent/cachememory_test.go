@@ -244,7 +244,7 @@ func uid(kind, name string) types.UID {
 func managedBy(manager string, op metav1.ManagedFieldsOperationType, subresource, fields string) metav1.ManagedFieldsEntry {
 	at := metav1.NewTime(time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC))
 	return metav1.ManagedFieldsEntry{Manager: manager, Operation: op, APIVersion: "v1", Time: &at, FieldsType: "FieldsV1",
-		FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)}, Subresource: subresource}
+		FieldsV1: metav1.NewFieldsV1(fields), Subresource: subresource}
 }
 
 // appliedDeployment is a Deployment as `kubectl apply` leaves it once its
