@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -104,4 +105,74 @@ func TestARefusedNamespaceWriteHoldsNoSlot(t *testing.T) {
 		assert.False(t, starting, "minute %d: a start whose write was refused is forgotten", minute)
 		clock.Step(time.Minute - time.Second) // shop's refused write is asked again
 	}
+}
+
+// Invariant 8 (never more namespaces migrating than concurrency) against
+// the peers kept between reconciles.
+//
+// Scenario: concurrency 1; shop and web are opted in. shop is paused
+// before its first wave, so it holds no slot, and each status write reads
+// it as such. A person removes meshwave.io/paused and shop starts. The
+// apiserver bumps the resourceVersion of every write, but the fake
+// clientset here does not, as an apiserver over an etcd restored without
+// a revision bump can hand out a resourceVersion again: shop migrates at
+// the resourceVersion it was paused at. When the peer reading was kept by
+// resourceVersion, web's decision read shop as still paused and started
+// too.
+func TestAPeerIsReadAgainWhenItsAnnotationsChangeAtTheSameResourceVersion(t *testing.T) {
+	var clock *clocktesting.FakeClock
+	c, client, ctx := startTestController(t, record.NewFakeRecorder(1000), func(c *Controller) {
+		addOptedInNamespace(t, c, "web")
+		clock = c.clock.(*clocktesting.FakeClock)
+		ns, err := c.client.CoreV1().Namespaces().Get(context.Background(), "shop", metav1.GetOptions{})
+		require.NoError(t, err)
+		ns.Annotations[canary.AnnotationPaused] = "true"
+		_, err = c.client.CoreV1().Namespaces().Update(context.Background(), ns, metav1.UpdateOptions{})
+		require.NoError(t, err)
+	})
+	cachedPhase := func(name string) canary.Phase {
+		ns, err := c.caches.Namespaces.Get(name)
+		if err != nil {
+			return ""
+		}
+		st, _, _ := canary.ParseStatus(ns.Annotations)
+		if st == nil {
+			return ""
+		}
+		return st.Phase
+	}
+	settled := func(name string) bool {
+		ns, err := c.caches.Namespaces.Get(name)
+		return err == nil && c.expect.satisfied(ns, c.cachedWorkload(name), c.cachedPod(name), clock.Now())
+	}
+
+	require.NoError(t, c.sync(ctx, "shop"))
+	require.Eventually(t, func() bool { return cachedPhase("shop") == canary.PhasePaused && settled("shop") }, 5*time.Second, 10*time.Millisecond)
+	// Every reconcile reads its peers: web's, here, reads shop paused.
+	_, err := c.caches.peers("web")
+	require.NoError(t, err)
+
+	_, err = client.CoreV1().Namespaces().Patch(ctx, "shop", types.MergePatchType,
+		[]byte(`{"metadata":{"annotations":{"meshwave.io/paused":null}}}`), metav1.PatchOptions{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		ns, err := c.caches.Namespaces.Get("shop")
+		_, paused := ns.Annotations[canary.AnnotationPaused]
+		return err == nil && !paused
+	}, 5*time.Second, 10*time.Millisecond)
+	clock.Step(time.Second)
+	require.NoError(t, c.sync(ctx, "shop"))
+	require.Eventually(t, func() bool { return cachedPhase("shop") == canary.PhaseMigrating && settled("shop") }, 5*time.Second, 10*time.Millisecond)
+	c.startMu.Lock()
+	delete(c.starting, "shop") // long after the start: the cache alone says who migrates
+	c.startMu.Unlock()
+
+	require.Eventually(t, func() bool { return settled("web") }, 5*time.Second, 10*time.Millisecond)
+	require.NoError(t, c.sync(ctx, "web"))
+	ns, err := client.CoreV1().Namespaces().Get(ctx, "web", metav1.GetOptions{})
+	require.NoError(t, err)
+	st, _, err := canary.ParseStatus(ns.Annotations)
+	require.NoError(t, err)
+	require.NotNil(t, st)
+	assert.Equal(t, "Pending: waiting for a free slot: 1 of 1 in use by shop", string(st.Phase)+": "+st.Reason)
 }

@@ -39,16 +39,42 @@ func TestThePeerMemoReadsANamespaceAgainWhenItChanges(t *testing.T) {
 	assert.True(t, ok)
 	assert.Equal(t, canary.Peer{Name: "shop", Priority: 100, Phase: canary.PhaseMigrating, HoldsSlot: true}, p)
 
-	// The same resourceVersion is the same namespace: the memo answers,
-	// even from annotations that were (wrongly) changed in place.
-	ns.Annotations[canary.AnnotationStatus] = "not read again"
-	p, _ = m.of(ns, never)
+	// The same annotations give the same answer, whatever the
+	// resourceVersion and the other annotations.
+	p, _ = m.of(peerNamespace("shop", "11", map[string]string{canary.AnnotationTargetRevision: "1-26", canary.AnnotationStatus: migrating, "team": "payments"}), never)
 	assert.True(t, p.HoldsSlot)
+	assert.Equal(t, 1, m.size())
 
-	// A new resourceVersion is read again.
+	// Other annotations are read again.
 	completed := encodedStatus(t, canary.PhaseCompleted)
-	p, _ = m.of(peerNamespace("shop", "11", map[string]string{canary.AnnotationTargetRevision: "1-26", canary.AnnotationStatus: completed}), never)
+	p, _ = m.of(peerNamespace("shop", "12", map[string]string{canary.AnnotationTargetRevision: "1-26", canary.AnnotationStatus: completed}), never)
 	assert.Equal(t, canary.Peer{Name: "shop", Priority: 100, Phase: canary.PhaseCompleted}, p)
+	p, _ = m.of(peerNamespace("shop", "13", map[string]string{canary.AnnotationTargetRevision: "1-26", canary.AnnotationStatus: completed, canary.AnnotationPriority: "5"}), never)
+	assert.Equal(t, canary.Peer{Name: "shop", Priority: 5, Phase: canary.PhaseCompleted}, p)
+	p, _ = m.of(peerNamespace("shop", "14", map[string]string{canary.AnnotationTargetRevision: "1-27", canary.AnnotationStatus: completed, canary.AnnotationPriority: "5"}), never)
+	assert.Equal(t, canary.Peer{Name: "shop", Priority: 5, Phase: canary.PhasePending}, p, "a target changed after completion waits for a slot")
+}
+
+// A resourceVersion is not the contents it was read at: an etcd restored
+// without a revision bump hands out resourceVersions again, and a replica
+// that kept its caches meets a namespace at a resourceVersion it read
+// other contents at (so does a fake clientset, which does not bump it).
+func TestThePeerMemoReadsANamespaceAgainAtAResourceVersionItHasSeen(t *testing.T) {
+	var m peerMemo
+	never := func() bool { t.Fatal("a namespace with a status needs no workloads"); return false }
+	completed := encodedStatus(t, canary.PhaseCompleted)
+	p, _ := m.of(peerNamespace("shop", "150", map[string]string{canary.AnnotationTargetRevision: "1-26", canary.AnnotationStatus: completed}), never)
+	assert.False(t, p.HoldsSlot)
+
+	migrating := encodedStatus(t, canary.PhaseMigrating)
+	p, _ = m.of(peerNamespace("shop", "150", map[string]string{canary.AnnotationTargetRevision: "1-26", canary.AnnotationStatus: migrating}), never)
+	assert.True(t, p.HoldsSlot, "shop migrates at a resourceVersion it was once read Completed at")
+
+	// Without a resourceVersion at all, as a test's objects may be.
+	p, _ = m.of(peerNamespace("shop", "", map[string]string{canary.AnnotationTargetRevision: "1-26", canary.AnnotationStatus: completed}), never)
+	assert.False(t, p.HoldsSlot)
+	p, _ = m.of(peerNamespace("shop", "", map[string]string{canary.AnnotationTargetRevision: "1-26", canary.AnnotationStatus: "{"}), never)
+	assert.True(t, p.HoldsSlot, "an unreadable status holds a slot")
 }
 
 func TestThePeerMemoNeverKeepsAnAnswerReadFromWorkloads(t *testing.T) {
