@@ -8,33 +8,53 @@ import (
 	"github.com/meshwave/meshwave/canary"
 )
 
-// peerMemo keeps each namespace's canary.PeerOf by the resourceVersion it
-// was read at. Every reconcile reads every other namespace as a peer, and
+// peerMemo keeps each namespace's canary.PeerOf by the annotations it was
+// read from. Every reconcile reads every other namespace as a peer, and
 // a status is JSON: at hundreds of opted-in namespaces, parsing each one
 // again for each reconcile made the work of one status change grow with
-// the square of their number. A namespace that changes has a new
-// resourceVersion, so an entry never outlives what it was read from.
-// Answers that consulted the namespace's workloads (a peer without a
-// status, which holds a slot if a workload carries a move record) are not
-// kept: a workload can change without its namespace changing.
+// the square of their number. An entry is kept by the values PeerOf reads,
+// not by the namespace's resourceVersion: a resourceVersion can come back
+// with other contents (an etcd restored without a revision bump, while a
+// replica keeps its caches; a fake clientset that does not bump it), and
+// a slot read from stale contents lets one more namespace start. Comparing
+// the strings costs little: an unchanged cached namespace hands back the
+// same strings, which compare by their pointers. Answers that consulted
+// the namespace's workloads (a peer without a status, which holds a slot
+// if a workload carries a move record) are not kept: a workload can change
+// without its namespace changing.
 type peerMemo struct {
 	mu      sync.Mutex
 	entries map[string]peerEntry
 }
 
 type peerEntry struct {
-	resourceVersion string
-	peer            canary.Peer
-	ok              bool
+	read peerInput
+	peer canary.Peer
+	ok   bool
+}
+
+// peerInput is what canary.PeerOf reads of a namespace's annotations.
+type peerInput struct {
+	target, priority, status          string
+	hasTarget, hasPriority, hasStatus bool
+}
+
+func peerInputOf(annotations map[string]string) peerInput {
+	var in peerInput
+	in.target, in.hasTarget = annotations[canary.AnnotationTargetRevision]
+	in.priority, in.hasPriority = annotations[canary.AnnotationPriority]
+	in.status, in.hasStatus = annotations[canary.AnnotationStatus]
+	return in
 }
 
 // of returns ns as a peer, reading its workloads through movedOnRecord
 // only when its annotations do not settle it.
 func (m *peerMemo) of(ns *corev1.Namespace, movedOnRecord func() bool) (canary.Peer, bool) {
+	in := peerInputOf(ns.Annotations)
 	m.mu.Lock()
 	e, hit := m.entries[ns.Name]
 	m.mu.Unlock()
-	if hit && e.resourceVersion == ns.ResourceVersion && ns.ResourceVersion != "" {
+	if hit && e.read == in {
 		return e.peer, e.ok
 	}
 	asked := false
@@ -47,7 +67,7 @@ func (m *peerMemo) of(ns *corev1.Namespace, movedOnRecord func() bool) (canary.P
 	if asked {
 		delete(m.entries, ns.Name)
 	} else {
-		m.entries[ns.Name] = peerEntry{resourceVersion: ns.ResourceVersion, peer: p, ok: ok}
+		m.entries[ns.Name] = peerEntry{read: in, peer: p, ok: ok}
 	}
 	return p, ok
 }
