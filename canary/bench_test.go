@@ -23,10 +23,45 @@ func largeNamespace(n int) (Snapshot, *Status) {
 	return s, st
 }
 
+// keepFacts gives every workload of s its Facts, as the agent hands them
+// in from its caches: read once per object, not once per decision.
+func keepFacts(s Snapshot) Snapshot {
+	for i := range s.Workloads {
+		s.Workloads[i].Facts = ReadFacts(&s.Workloads[i])
+	}
+	return s
+}
+
 // BenchmarkDecideLargeNamespace measures one decision, which every
-// reconcile of the namespace makes, over 10,000 Deployments.
+// reconcile of the namespace makes, over 10,000 Deployments whose facts
+// were kept, as the agent keeps them.
 func BenchmarkDecideLargeNamespace(b *testing.B) {
 	s, st := largeNamespace(10000)
+	benchmarkDecide(b, keepFacts(s), st)
+}
+
+// BenchmarkDecideLargeNamespaceReadingEveryWorkload is
+// BenchmarkDecideLargeNamespace for a caller that keeps no facts (the
+// agent's first decision on each object, `meshwave plan`): the decision
+// reads every workload's labels and annotations.
+func BenchmarkDecideLargeNamespaceReadingEveryWorkload(b *testing.B) {
+	s, st := largeNamespace(10000)
+	benchmarkDecide(b, s, st)
+}
+
+// BenchmarkReadFacts measures reading one workload's facts: the agent's
+// cost per object change.
+func BenchmarkReadFacts(b *testing.B) {
+	s, _ := movedNamespace(1000)
+	w := &s.Workloads[0] // carries a move record and a restart stamp
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		ReadFacts(w)
+	}
+}
+
+func benchmarkDecide(b *testing.B, s Snapshot, st *Status) {
 	pending := []Verdict{{Gate: "rollout", Result: ResultPending, RetryAfter: time.Second}}
 	cfg := Config{Sizes: WaveSizes{CanarySize: 1, BatchSize: 50}}
 	b.ReportAllocs()
@@ -103,9 +138,10 @@ func movedNamespace(n int) (Snapshot, *Status) {
 }
 
 // BenchmarkDecideMovedNamespace measures one decision over 10,000
-// Deployments of which 7,050 carry a move record: each record is read.
+// Deployments of which 7,050 carry a move record, their facts kept.
 func BenchmarkDecideMovedNamespace(b *testing.B) {
 	s, st := movedNamespace(10000)
+	s = keepFacts(s)
 	pending := []Verdict{{Gate: "rollout", Result: ResultPending, RetryAfter: time.Second}}
 	cfg := Config{Sizes: WaveSizes{CanarySize: 1, BatchSize: 50}}
 	if d := Decide(Input{Snapshot: s, Status: st, Verdicts: pending, Now: t0.Add(time.Minute), Config: cfg}); len(d.Moves) > 0 || d.Status != nil && d.Status.Phase != PhaseMigrating {

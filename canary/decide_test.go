@@ -48,7 +48,7 @@ func (s *sim) decide(verdicts []Verdict) Decision {
 		in.Status, _, in.StatusErr = ParseStatus(map[string]string{AnnotationStatus: *s.raw})
 	}
 	in.Refused, s.answers = s.answers, nil
-	d := Decide(in)
+	d := decideBothWays(s.t, in)
 	_, s.optedIn = s.snap.Namespace.Annotations[AnnotationTargetRevision]
 	s.apply(d)
 	s.last = d

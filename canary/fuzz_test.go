@@ -113,7 +113,7 @@ func FuzzDecide(f *testing.F) {
 				in.Verdicts = []Verdict{{Gate: "rollout", Result: ResultPass, Reason: "ok"}}
 			}
 		}
-		d := Decide(in)
+		d := decideBothWays(t, in)
 		for _, m := range d.Moves {
 			if m.Record.Rollback {
 				continue

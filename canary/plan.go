@@ -148,8 +148,8 @@ func planNamespace(ns string, set workloadSet, targetRevision, migration string,
 	recorded := map[int][]Planned{}
 	for _, w := range set {
 		settings := w.settings
-		if reason := gatewayReason(w.Workload); reason != "" {
-			plan.Excluded = append(plan.Excluded, Exclusion{w.Name, reason})
+		if w.gateway != "" {
+			plan.Excluded = append(plan.Excluded, Exclusion{w.Name, w.gateway})
 			continue
 		}
 		if settings.Skip {

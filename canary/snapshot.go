@@ -75,6 +75,10 @@ type Workload struct {
 	// whose ControllerRevisions are cached without their templates. It
 	// shows a restart whose stamp was taken out of the template since.
 	RolledOutRestart time.Time
+	// Facts, when set, are ReadFacts of this workload, read earlier from
+	// the very same labels and annotations and kept: a decision takes them
+	// instead of reading those maps again. Nil: the decision reads them.
+	Facts *Facts
 }
 
 // RolloutStatus is the part of a workload's status the rollout gate reads,

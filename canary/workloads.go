@@ -5,8 +5,9 @@ import (
 	"strings"
 )
 
-// parsedWorkload is a workload with the annotations decisions read about
-// it parsed once: its meshwave settings and its move record.
+// parsedWorkload is a workload with the labels and annotations decisions
+// read about it parsed once: its meshwave settings, its move record and
+// whether it is a gateway.
 type parsedWorkload struct {
 	*Workload
 	settings WorkloadSettings
@@ -14,6 +15,35 @@ type parsedWorkload struct {
 	// (ReadMoveRecord). Workloads that carry the same record share it:
 	// it is never changed.
 	record *MoveRecord
+	// gateway says why it is a gateway; "" when it is not.
+	gateway string
+}
+
+// Facts are what decisions read from a workload's own labels and
+// annotations: its meshwave settings and the problems with them, its move
+// record, and whether it is a gateway. ReadFacts reads them.
+//
+// A decision reads every workload of its namespace, and reading these
+// from the maps of ten thousand objects is most of its time. A caller that
+// decides again and again over the same objects (the agent, from its
+// caches) reads each object's facts once, keeps them beside that object,
+// and hands them in with it (Workload.Facts).
+type Facts struct {
+	Settings WorkloadSettings
+	// Errors are the problems with its settings (ParseWorkload).
+	Errors []InputError
+	// Record is its move record; nil when it carries none that reads back.
+	// It is shared, and never changed.
+	Record *MoveRecord
+	// Gateway says why it is a gateway; "" when it is not.
+	Gateway string
+}
+
+// ReadFacts reads w's facts from its labels and annotations.
+func ReadFacts(w *Workload) *Facts {
+	f := &Facts{Record: readMoveRecord(w.Annotations), Gateway: gatewayReason(w)}
+	f.Settings, f.Errors = ParseWorkload(w.Namespace, w.Name, w.Annotations)
+	return f
 }
 
 // workloadSet is a namespace's workloads in name order, each parsed once.
@@ -21,9 +51,11 @@ type parsedWorkload struct {
 // long as that call, and is never kept for the next one.
 type workloadSet []parsedWorkload
 
-// parseWorkloads parses every workload of ws. It returns the set, and the
-// problems with the workloads' annotations in name order (ParseWorkload).
-// The set refers to ws, which must not change while it is used.
+// parseWorkloads parses every workload of ws: it takes the Facts a
+// workload carries, and reads them for one that carries none. It returns
+// the set, and the problems with the workloads' annotations in name order
+// (ParseWorkload). The set refers to ws, which must not change while it is
+// used.
 func parseWorkloads(ws []Workload) (workloadSet, []InputError) {
 	set := make(workloadSet, len(ws))
 	for i := range ws {
@@ -37,10 +69,16 @@ func parseWorkloads(ws []Workload) (workloadSet, []InputError) {
 	records := moveRecords{}
 	for i := range set {
 		p := &set[i]
+		if f := p.Facts; f != nil {
+			p.settings, p.record, p.gateway = f.Settings, f.Record, f.Gateway
+			errs = append(errs, f.Errors...)
+			continue
+		}
 		var werrs []InputError
 		p.settings, werrs = ParseWorkload(p.Namespace, p.Name, p.Annotations)
 		errs = append(errs, werrs...)
 		p.record = records.read(p.Annotations)
+		p.gateway = gatewayReason(p.Workload)
 	}
 	return set, errs
 }
