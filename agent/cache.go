@@ -53,6 +53,8 @@ type Caches struct {
 	compat *compatCaches
 	// peerMemo keeps the namespaces read as peers.
 	peerMemo peerMemo
+	// facts keeps what decisions read from each cached workload object.
+	facts workloadFacts
 }
 
 // NewCaches builds the informers. Their transform keeps only what

@@ -120,6 +120,7 @@ func (c *Caches) workloads(ns string) ([]canary.Workload, error) {
 	out := make([]canary.Workload, 0, len(deps)+len(stss)+len(dss))
 	for _, d := range deps {
 		w := workloadOf(d)
+		w.Facts = c.facts.deployments.get(d, &w)
 		for _, p := range podsOf[d.Name] {
 			pod := podOf(p)
 			pod.Current = rsOf[p].revision != "" && rsOf[p].revision == d.Annotations[revisionAnno]
@@ -131,6 +132,7 @@ func (c *Caches) workloads(ns string) ([]canary.Workload, error) {
 	}
 	for _, s := range stss {
 		w := statefulSetWorkload(s)
+		w.Facts = c.facts.statefulSets.get(s, &w)
 		for _, p := range podsOfUID[s.UID] {
 			pod := podOf(p)
 			pod.Current = s.Status.UpdateRevision != "" && p.Labels[appsv1.ControllerRevisionHashLabelKey] == s.Status.UpdateRevision
@@ -141,6 +143,7 @@ func (c *Caches) workloads(ns string) ([]canary.Workload, error) {
 	}
 	for _, d := range dss {
 		w := daemonSetWorkload(d)
+		w.Facts = c.facts.daemonSets.get(d, &w)
 		hash := c.currentDaemonSetHash(d)
 		for _, p := range podsOfUID[d.UID] {
 			pod := podOf(p)
