@@ -236,14 +236,16 @@ func (c *Controller) enqueueOwnerNamespace(obj any) {
 // Only their admission reads the peers; a namespace migrating, or done,
 // decides the same whatever the others do, and reconciling every one on
 // every status write made each write cost as many reconciles as there
-// are opted-in namespaces.
+// are opted-in namespaces. One paused before its first wave waits for
+// meshwave.io/paused to go, a change of its own that wakes it, and is
+// left alone too.
 func (c *Controller) enqueueAwaitingAdmission() {
 	nss, err := c.caches.Namespaces.List(labels.Everything())
 	if err != nil {
 		return
 	}
 	for _, ns := range nss {
-		if p, ok := c.caches.peerOf(ns); ok && !p.HoldsSlot && !canary.Terminal(p.Phase) {
+		if p, ok := c.caches.peerOf(ns); ok && !p.HoldsSlot && !canary.Terminal(p.Phase) && p.Phase != canary.PhasePaused {
 			c.queue.Add(ns.Name)
 		}
 	}

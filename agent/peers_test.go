@@ -1,10 +1,12 @@
 package agent
 
 import (
+	"sort"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -101,4 +103,57 @@ func TestThePeerMemoForgetsDeletedNamespaces(t *testing.T) {
 	assert.Equal(t, 3, m.size())
 	m.keepOnly(map[string]bool{"b": true})
 	assert.Equal(t, 1, m.size())
+}
+
+// A status write wakes the namespaces whose decision reads the peers:
+// those waiting for a slot. One paused before its first wave waits for a
+// person, not a slot, and one migrating or done decides the same whatever
+// the others do; each of those wakes on its own changes.
+func TestAStatusWriteWakesOnlyTheNamespacesWaitingForASlot(t *testing.T) {
+	c, client, ctx := startTestController(t, nil, nil)
+	status := func(phase canary.Phase, wave int) string {
+		st := &canary.Status{Phase: phase, Target: "1-26", TargetRevision: "1-26", Wave: wave, SourceLabel: "1-25", SourceRevision: "1-25"}
+		if wave > 0 {
+			st.TotalWaves, st.WaveState = wave, canary.WaveVerifying
+		}
+		raw, err := st.Encode()
+		require.NoError(t, err)
+		return raw
+	}
+	for name, ann := range map[string]map[string]string{
+		"waiting":       {canary.AnnotationTargetRevision: "1-26", canary.AnnotationStatus: status(canary.PhasePending, 0)},
+		"new":           {canary.AnnotationTargetRevision: "1-26"},
+		"paused-before": {canary.AnnotationTargetRevision: "1-26", canary.AnnotationPaused: "true", canary.AnnotationStatus: status(canary.PhasePaused, 0)},
+		"migrating":     {canary.AnnotationTargetRevision: "1-26", canary.AnnotationStatus: status(canary.PhaseMigrating, 1)},
+		"paused-after":  {canary.AnnotationTargetRevision: "1-26", canary.AnnotationPaused: "true", canary.AnnotationStatus: status(canary.PhasePaused, 1)},
+		"done":          {canary.AnnotationTargetRevision: "1-26", canary.AnnotationStatus: status(canary.PhaseCompleted, 0)},
+		"not-opted-in":  nil,
+	} {
+		_, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: ann}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool { _, err := c.caches.Namespaces.Get("not-opted-in"); return err == nil }, 5*time.Second, 10*time.Millisecond)
+	time.Sleep(100 * time.Millisecond)
+	for c.queue.Len() > 0 {
+		key, _ := c.queue.Get()
+		c.queue.Forget(key)
+		c.queue.Done(key)
+	}
+
+	ns, err := client.CoreV1().Namespaces().Get(ctx, "migrating", metav1.GetOptions{})
+	require.NoError(t, err)
+	ns.Annotations[canary.AnnotationStatus] = status(canary.PhaseMigrating, 2)
+	_, err = client.CoreV1().Namespaces().Update(ctx, ns, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return c.queue.Len() > 0 }, 5*time.Second, 10*time.Millisecond)
+	time.Sleep(100 * time.Millisecond)
+	var woken []string
+	for c.queue.Len() > 0 {
+		key, _ := c.queue.Get()
+		woken = append(woken, key)
+		c.queue.Done(key)
+	}
+	sort.Strings(woken)
+	// shop: opted in with no status (objects()).
+	assert.Equal(t, []string{"migrating", "new", "shop", "waiting"}, woken)
 }
