@@ -40,6 +40,10 @@ type Options struct {
 	Gates func(canary.WaveUnderTest) analysis.Chain
 	// GateDeps replace the outside systems the configured gates talk to.
 	GateDeps GateDeps
+	// ObserveGates, when set, is told of every evaluation of a wave's
+	// gates: what they were shown, their verdicts and when. The benchmarks
+	// time how soon the gates see a change with it.
+	ObserveGates func(wave canary.WaveUnderTest, verdicts []canary.Verdict, at time.Time)
 	// Clock defaults to the real clock.
 	Clock clock.Clock
 	// Recorder defaults to one that writes Events through Client.
@@ -68,6 +72,7 @@ type Controller struct {
 	caches    *Caches
 	queue     workqueue.TypedRateLimitingInterface[string]
 	gates     func(canary.WaveUnderTest) analysis.Chain
+	observe   func(canary.WaveUnderTest, []canary.Verdict, time.Time)
 	clock     clock.Clock
 	recorder  record.EventRecorder
 	identity  string
@@ -102,6 +107,7 @@ func New(opts Options) (*Controller, error) {
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "meshwave"}),
 		gates:    opts.Gates,
+		observe:  opts.ObserveGates,
 		clock:    opts.Clock,
 		recorder: opts.Recorder,
 		identity: opts.Identity,
@@ -382,6 +388,9 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	var verdicts []canary.Verdict
 	if wave, ok := canary.WaveToVerify(snap, status, c.decisions); ok {
 		verdicts = c.tracer.traced(c.gates(wave)).Evaluate(c.tracer.WaveContext(ctx, key, status), wave, now)
+		if c.observe != nil {
+			c.observe(wave, verdicts, now)
+		}
 	}
 	_, optedIn := ns.Annotations[canary.AnnotationTargetRevision]
 	d := canary.Decide(canary.Input{Snapshot: snap, Status: status, StatusErr: statusErr, Verdicts: verdicts,

@@ -135,3 +135,42 @@ func writesOf(actions []k8stesting.Action) []k8stesting.Action {
 	}
 	return out
 }
+
+// ObserveGates is told of each evaluation of the wave's gates: the wave
+// they were shown, their verdicts, and when.
+func TestObserveGatesSeesEveryEvaluation(t *testing.T) {
+	type seen struct {
+		ns       string
+		wave     int
+		members  []string
+		verdicts []canary.Verdict
+		at       time.Time
+	}
+	var got []seen
+	c, _, ctx := startTestController(t, record.NewFakeRecorder(100), func(c *Controller) {
+		c.observe = func(w canary.WaveUnderTest, vs []canary.Verdict, at time.Time) {
+			var members []string
+			for _, m := range w.Workloads {
+				members = append(members, m.Name)
+			}
+			got = append(got, seen{w.Namespace, w.Wave, members, vs, at})
+		}
+	})
+	require.NoError(t, c.sync(ctx, "shop"))
+	require.Empty(t, got, "no wave was under test before the first")
+	require.Eventually(t, func() bool {
+		ns, err := c.caches.Namespaces.Get("shop")
+		return err == nil && c.expect.satisfied(ns, c.cachedWorkload("shop"), c.cachedPod("shop"), now)
+	}, 5*time.Second, 10*time.Millisecond)
+	require.NoError(t, c.sync(ctx, "shop"))
+	require.Len(t, got, 1)
+	assert.Equal(t, "shop", got[0].ns)
+	assert.Equal(t, 1, got[0].wave)
+	assert.Equal(t, []string{"cart"}, got[0].members)
+	assert.Equal(t, now, got[0].at)
+	// The fake client's cart reads as rolled out; its pod is the old one.
+	require.Len(t, got[0].verdicts, 2)
+	assert.Equal(t, [2]string{"rollout", string(canary.ResultPass)}, [2]string{got[0].verdicts[0].Gate, string(got[0].verdicts[0].Result)})
+	assert.Equal(t, [3]string{"injection", string(canary.ResultFail), "pod cart-abc-1 was injected by 1-25, not 1-26"},
+		[3]string{got[0].verdicts[1].Gate, string(got[0].verdicts[1].Result), got[0].verdicts[1].Reason})
+}

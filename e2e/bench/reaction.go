@@ -28,6 +28,9 @@ type reactions struct {
 	// optIn: from the target-revision annotation being set to the
 	// agent's first write in that namespace.
 	optIn []time.Duration
+	// noticed: from the last pod of a wave becoming Ready to the first
+	// evaluation of the wave's gates that is shown it Ready.
+	noticed []time.Duration
 	// ready: from the last pod of a wave becoming Ready to the agent's
 	// write that says the wave passed; rolledOut: from the moment the
 	// workload had rolled out as the rollout gate reads it (new pods
@@ -45,7 +48,11 @@ func measureReactions(b *testing.B, f *fixture.Fixture, n int) reactions {
 	cfg := harness.Config(f)
 	cfg.CanarySize, cfg.BatchSize = 1, 1
 	log := &writeLog{}
-	a := harness.Start(f, cfg, harness.NewCounter(), "reactions", logWrites(b, f, log))
+	seen := &gatesSaw{ready: map[string]time.Time{}}
+	a := harness.Start(f, cfg, harness.NewCounter(), "reactions", func(o *agent.Options) {
+		logWrites(b, f, log)(o)
+		o.ObserveGates = seen.observe
+	})
 	defer a.Kill()
 	waitLeading(f, cfg, "reactions")
 
@@ -91,10 +98,42 @@ func measureReactions(b *testing.B, f *fixture.Fixture, n int) reactions {
 		require.Len(b, moved[k], 1, "wave %d moved one Deployment", k)
 		ready, rolled := watch.times(moved[k][0])
 		require.False(b, ready.IsZero() || rolled.IsZero() || wt.passed.IsZero(), "wave %d: ready %v, rolled out %v, passed %v", k, ready, rolled, wt.passed)
+		noticed := seen.readyAt(moved[k][0])
+		require.False(b, noticed.IsZero(), "wave %d: the gates were never shown %s Ready", k, moved[k][0])
+		r.noticed = append(r.noticed, noticed.Sub(ready))
 		r.ready = append(r.ready, wt.passed.Sub(ready))
 		r.rolledOut = append(r.rolledOut, wt.passed.Sub(rolled))
 	}
 	return r
+}
+
+// gatesSaw notes, per workload, when the agent's gates were first shown
+// a pod of it on the target revision Ready.
+type gatesSaw struct {
+	mu    sync.Mutex
+	ready map[string]time.Time
+}
+
+func (g *gatesSaw) observe(wave canary.WaveUnderTest, _ []canary.Verdict, at time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, w := range wave.Workloads {
+		if _, seen := g.ready[w.Name]; seen {
+			continue
+		}
+		for _, p := range w.Pods {
+			if p.Revision == wave.Expect && p.Ready && !p.Terminating {
+				g.ready[w.Name] = at
+				break
+			}
+		}
+	}
+}
+
+func (g *gatesSaw) readyAt(name string) time.Time {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.ready[name]
 }
 
 // waitLeading waits until the agent called identity holds the lease: its
