@@ -4,11 +4,11 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/meshwave/meshwave/canary"
+	"github.com/meshwave/meshwave/e2e/harness"
 )
 
 // writeLog records each write request a client starts: when, what, and
@@ -40,7 +40,12 @@ func (l *writeLog) wrap(next http.RoundTripper) http.RoundTripper {
 	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		if r.Method != http.MethodGet {
 			w := write{at: time.Now(), method: r.Method}
-			w.namespace, w.resource, w.name = splitPath(r.URL.Path)
+			if p, ok := harness.ParseAPIPath(r.URL.Path); ok {
+				w.namespace, w.resource, w.name = p.Namespace, p.Resource, p.Name
+				if p.Subresource != "" {
+					w.resource += "/" + p.Subresource
+				}
+			}
 			if r.Method == http.MethodPatch && r.GetBody != nil {
 				if body, err := r.GetBody(); err == nil {
 					raw, _ := io.ReadAll(body)
@@ -54,31 +59,6 @@ func (l *writeLog) wrap(next http.RoundTripper) http.RoundTripper {
 		}
 		return next.RoundTrip(r)
 	})
-}
-
-// splitPath reads the namespace, resource and name of an API path:
-// /api/v1/namespaces/shop is the namespace shop itself;
-// /apis/apps/v1/namespaces/shop/deployments/cart is a Deployment in it.
-func splitPath(path string) (namespace, resource, name string) {
-	parts := strings.Split(strings.Trim(path, "/"), "/")
-	for i, p := range parts {
-		if p != "namespaces" || i+1 >= len(parts) {
-			continue
-		}
-		namespace = parts[i+1]
-		rest := parts[i+2:]
-		switch len(rest) {
-		case 0:
-			return namespace, "namespaces", namespace
-		case 1:
-			return namespace, rest[0], ""
-		case 2:
-			return namespace, rest[0], rest[1]
-		default:
-			return namespace, rest[0] + "/" + rest[2], rest[1]
-		}
-	}
-	return "", "", ""
 }
 
 // patchedAnnotations reads the annotations a merge patch sets.

@@ -86,24 +86,64 @@ func isCollection(path string) bool {
 	return len(rest) == 1
 }
 
-// ObjectOf turns /apis/apps/v1/namespaces/shop/deployments/cart into
-// "deployments shop/cart" and /api/v1/namespaces/shop into "namespaces shop".
-func ObjectOf(path string) string {
+// APIPath is what the path of a request to the apiserver names.
+type APIPath struct {
+	// Namespace is the namespace the request is in, or the namespace
+	// object it is about; "" for a cluster-scoped resource.
+	Namespace string
+	// Resource is the resource, e.g. "deployments" or "namespaces".
+	Resource string
+	// Name is the object's name; "" for a collection.
+	Name string
+	// Subresource is e.g. "status" or "scale"; "" for the object itself.
+	Subresource string
+}
+
+// ParseAPIPath reads an API path:
+// /apis/apps/v1/namespaces/shop/deployments/cart/status is the status of
+// the Deployment shop/cart, /api/v1/namespaces/shop/pods the pods of
+// namespace shop, /api/v1/namespaces/shop the namespace itself. ok is
+// false for a path that names no namespace.
+func ParseAPIPath(path string) (p APIPath, ok bool) {
 	parts := strings.Split(strings.Trim(path, "/"), "/")
 	for i := 0; i+1 < len(parts); i++ {
 		if parts[i] != "namespaces" {
 			continue
 		}
-		ns := parts[i+1]
-		if i+3 < len(parts) {
-			return parts[i+2] + " " + ns + "/" + parts[i+3]
+		p.Namespace = parts[i+1]
+		rest := parts[i+2:]
+		switch {
+		case len(rest) == 0:
+			p.Resource, p.Name = "namespaces", p.Namespace
+		case len(rest) == 1 && (rest[0] == "status" || rest[0] == "finalize"):
+			p.Resource, p.Name, p.Subresource = "namespaces", p.Namespace, rest[0]
+		case len(rest) == 1:
+			p.Resource = rest[0]
+		default:
+			p.Resource, p.Name = rest[0], rest[1]
+			if len(rest) > 2 {
+				p.Subresource = rest[2]
+			}
 		}
-		if i+2 < len(parts) {
-			return parts[i+2] + " " + ns
-		}
-		return "namespaces " + ns
+		return p, true
 	}
-	return path
+	return APIPath{}, false
+}
+
+// ObjectOf turns /apis/apps/v1/namespaces/shop/deployments/cart (and its
+// subresources) into "deployments shop/cart", /api/v1/namespaces/shop/pods
+// into "pods shop" and /api/v1/namespaces/shop into "namespaces shop".
+func ObjectOf(path string) string {
+	p, ok := ParseAPIPath(path)
+	switch {
+	case !ok:
+		return path
+	case p.Resource == "namespaces":
+		return "namespaces " + p.Namespace
+	case p.Name == "":
+		return p.Resource + " " + p.Namespace
+	}
+	return p.Resource + " " + p.Namespace + "/" + p.Name
 }
 
 // Get returns one count.
