@@ -12,24 +12,21 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
 
 	"github.com/meshwave/meshwave/canary"
 	"github.com/meshwave/meshwave/e2e/fixture"
 	"github.com/meshwave/meshwave/e2e/mesh"
 	"github.com/meshwave/meshwave/e2e/world"
+	"github.com/meshwave/meshwave/internal/podfixture"
 )
 
 // BenchmarkAtScale loads 400 namespaces, 4,000 Deployments and 20,000
@@ -132,104 +129,22 @@ func load(b testing.TB, ctx context.Context, client kubernetes.Interface, nss, d
 	require.NoError(b, g.Wait())
 }
 
-// injectedPod is a pod as Istio's injector leaves it: the app, istio-init
-// and istio-proxy with the env, mounts and volumes the sidecar template
-// writes, and the status annotation.
+// injectedPod is a pod as Istio's injector leaves it (podfixture), on a
+// node no kubelet runs. It says it is injected already, so that the
+// injector's object selector lets it be: loading 20,000 pods does not call
+// the injector 20,000 times.
 func injectedPod(ns, app string, i int) *corev1.Pod {
-	env := []corev1.EnvVar{
-		{Name: "PILOT_CERT_PROVIDER", Value: "istiod"}, {Name: "CA_ADDR", Value: "istiod-1-25.istio-system.svc:15012"},
-		{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
-		{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
-		{Name: "INSTANCE_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
-		{Name: "SERVICE_ACCOUNT", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.serviceAccountName"}}},
-		{Name: "HOST_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.hostIP"}}},
-		{Name: "ISTIO_CPU_LIMIT", ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: "limits.cpu"}}},
-		{Name: "PROXY_CONFIG", Value: `{"discoveryAddress":"istiod-1-25.istio-system.svc:15012","tracing":{"zipkin":{"address":"zipkin.istio-system:9411"}}}`},
-		{Name: "ISTIO_META_POD_PORTS", Value: `[{"containerPort":8080,"protocol":"TCP"}]`},
-		{Name: "ISTIO_META_APP_CONTAINERS", Value: "app"}, {Name: "GOMEMLIMIT", ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: "limits.memory"}}},
-		{Name: "GOMAXPROCS", ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: "limits.cpu"}}},
-		{Name: "ISTIO_META_CLUSTER_ID", Value: "Kubernetes"}, {Name: "ISTIO_META_NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},
-		{Name: "ISTIO_META_INTERCEPTION_MODE", Value: "REDIRECT"}, {Name: "ISTIO_META_WORKLOAD_NAME", Value: app},
-		{Name: "ISTIO_META_OWNER", Value: "kubernetes://apis/apps/v1/namespaces/" + ns + "/deployments/" + app},
-		{Name: "ISTIO_META_MESH_ID", Value: "cluster.local"}, {Name: "TRUST_DOMAIN", Value: "cluster.local"},
-	}
-	mounts := []corev1.VolumeMount{
-		{Name: "workload-socket", MountPath: "/var/run/secrets/workload-spiffe-uds"},
-		{Name: "credential-socket", MountPath: "/var/run/secrets/credential-uds"},
-		{Name: "workload-certs", MountPath: "/var/run/secrets/workload-spiffe-credentials"},
-		{Name: "istiod-ca-cert", MountPath: "/var/run/secrets/istio"},
-		{Name: "istio-data", MountPath: "/var/lib/istio/data"},
-		{Name: "istio-envoy", MountPath: "/etc/istio/proxy"},
-		{Name: "istio-token", MountPath: "/var/run/secrets/tokens"},
-		{Name: "istio-podinfo", MountPath: "/etc/istio/pod"},
-	}
-	empty := func(name string) corev1.Volume {
-		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}
-	}
-	res := corev1.ResourceRequirements{
-		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")},
-		Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("1Gi")},
-	}
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: fmt.Sprintf("%s-7d9f8c6b5-%05d", app, i), Namespace: ns,
-			Labels: map[string]string{"app": app, "pod-template-hash": "7d9f8c6b5", "security.istio.io/tlsMode": "istio",
-				"service.istio.io/canonical-name": app, "service.istio.io/canonical-revision": "latest", mesh.LabelRev: "1-25",
-				// Already injected: the injector's object selector lets it
-				// be, so loading 20,000 pods does not call it 20,000 times.
-				"sidecar.istio.io/inject": "false"},
-			Annotations: map[string]string{
-				canary.AnnotationSidecar:                  `{"initContainers":["istio-init"],"containers":["istio-proxy"],"volumes":["workload-socket","credential-socket","workload-certs","istio-envoy","istio-data","istio-podinfo","istio-token","istiod-ca-cert"],"imagePullSecrets":null,"revision":"1-25"}`,
-				"kubectl.kubernetes.io/default-container": "app",
-				"istio.io/rev":                            "1-25",
-				"prometheus.io/path":                      "/stats/prometheus", "prometheus.io/port": "15020", "prometheus.io/scrape": "true",
-			},
-		},
-		Spec: corev1.PodSpec{
-			NodeName: "idle-node", ServiceAccountName: "default",
-			InitContainers: []corev1.Container{{Name: "istio-init", Image: "docker.io/istio/proxyv2:1.25.0",
-				Args:      []string{"istio-iptables", "-p", "15001", "-z", "15006", "-u", "1337", "-m", "REDIRECT", "-i", "*", "-x", "", "-b", "*", "-d", "15090,15021,15020", "--log_output_level=default:info"},
-				Resources: res}},
-			Containers: []corev1.Container{
-				{Name: "app", Image: "registry.example/" + app + ":1.0", Ports: []corev1.ContainerPort{{ContainerPort: 8080, Protocol: corev1.ProtocolTCP}}, Resources: res},
-				{Name: "istio-proxy", Image: "docker.io/istio/proxyv2:1.25.0",
-					Args:  []string{"proxy", "sidecar", "--domain", "$(POD_NAMESPACE).svc.cluster.local", "--proxyLogLevel=warning", "--proxyComponentLogLevel=misc:error", "--log_output_level=default:info"},
-					Ports: []corev1.ContainerPort{{Name: "http-envoy-prom", ContainerPort: 15090, Protocol: corev1.ProtocolTCP}},
-					Env:   env, VolumeMounts: mounts, Resources: res,
-					ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz/ready", Port: intstr.FromInt32(15021)}}, PeriodSeconds: 15},
-					SecurityContext: &corev1.SecurityContext{RunAsUser: ptr.To[int64](1337), RunAsGroup: ptr.To[int64](1337), RunAsNonRoot: ptr.To(true), ReadOnlyRootFilesystem: ptr.To(true),
-						AllowPrivilegeEscalation: ptr.To(false), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}},
-			},
-			Volumes: []corev1.Volume{empty("workload-socket"), empty("credential-socket"), empty("workload-certs"), empty("istio-data"),
-				{Name: "istio-envoy", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}},
-				{Name: "istio-podinfo", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{Items: []corev1.DownwardAPIVolumeFile{
-					{Path: "labels", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels"}},
-					{Path: "annotations", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations"}}}}}},
-				{Name: "istio-token", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
-					{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Audience: "istio-ca", ExpirationSeconds: ptr.To[int64](43200), Path: "istio-token"}}}}}},
-				{Name: "istiod-ca-cert", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "istio-ca-root-cert"}}}},
-			},
-		},
-	}
+	p := podfixture.InjectedPod(ns, app, "7d9f8c6b5", i)
+	p.Labels["sidecar.istio.io/inject"] = "false"
+	p.Spec.NodeName = "idle-node"
+	return p
 }
 
+// runningStatus is p Running and Ready, with no pod IP: the world's
+// simulated Envoys connect to istiod for every running injected pod with
+// an IP, and these pods run nowhere.
 func runningStatus(p *corev1.Pod) corev1.PodStatus {
-	now := metav1.Now()
-	ready := []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
-		{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
-		{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: now},
-		{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now}}
-	var cs []corev1.ContainerStatus
-	for _, c := range p.Spec.Containers {
-		cs = append(cs, corev1.ContainerStatus{Name: c.Name, Image: c.Image, ImageID: c.Image + "@sha256:0123456789abcdef", Ready: true, Started: ptr.To(true),
-			ContainerID: "containerd://" + strings.Repeat("ab", 32), State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}})
-	}
-	// No pod IP: the world's simulated Envoys connect to istiod for every
-	// running injected pod with an IP, and these pods run nowhere.
-	return corev1.PodStatus{Phase: corev1.PodRunning, Conditions: ready, HostIP: "10.0.0.1",
-		StartTime: &now, ContainerStatuses: cs, QOSClass: corev1.PodQOSBurstable,
-		InitContainerStatuses: []corev1.ContainerStatus{{Name: "istio-init", Image: "docker.io/istio/proxyv2:1.25.0", Ready: true,
-			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"}}}}}
+	return podfixture.RunningStatus(p, "", metav1.Now())
 }
 
 // build compiles a program of the e2e module (or the module it requires).
