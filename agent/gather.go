@@ -180,7 +180,7 @@ func (c *Caches) unmovable(ns string) ([]canary.Unmovable, error) {
 		case "Deployment", "StatefulSet", "DaemonSet":
 			continue
 		}
-		rev := canary.SidecarRevision(p.Annotations)
+		rev := p.Revision
 		if rev == "" {
 			continue // an unreadable sidecar status names no revision
 		}
@@ -305,7 +305,7 @@ func podOf(p *CachedPod) canary.Pod {
 		Waiting:     p.Waiting,
 		Node:        p.Node,
 		UID:         string(p.UID),
-		Revision:    canary.SidecarRevision(p.Annotations),
+		Revision:    p.Revision,
 	}
 }
 

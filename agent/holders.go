@@ -90,22 +90,18 @@ func (c *Caches) Holders(rootNamespace string, sizes canary.WaveSizes, wants fun
 func holderRevisions(pods []*CachedPod, wants func(revision string) bool) ([]string, map[string]int) {
 	revs := make([]string, len(pods))
 	counts := map[string]int{}
-	// Pods of one template carry the same sidecar status: read each once.
-	revisionOf := map[string]string{}
+	wanted := map[string]bool{}
 	for i, p := range pods {
-		raw, ok := p.Annotations[canary.AnnotationSidecar]
-		if !ok {
+		rev := p.Revision
+		if rev == "" {
 			continue
 		}
-		rev, seen := revisionOf[raw]
+		ok, seen := wanted[rev]
 		if !seen {
-			rev = canary.SidecarRevision(p.Annotations)
-			if rev != "" && !wants(rev) {
-				rev = ""
-			}
-			revisionOf[raw] = rev
+			ok = wants(rev)
+			wanted[rev] = ok
 		}
-		if rev != "" {
+		if ok {
 			revs[i] = rev
 			counts[rev]++
 		}

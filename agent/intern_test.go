@@ -70,3 +70,23 @@ func TestThePoolTellsApartMapsOfOneKey(t *testing.T) {
 	assert.Equal(t, istioInjectedPod("shop", "orders", 0).Labels, orders.Labels)
 	runtime.KeepAlive(cart)
 }
+
+// A cached pod carries the revision its sidecar status names, read once
+// as it is cached: "" when it was not injected or the status is unreadable.
+func TestACachedPodKeepsItsSidecarRevision(t *testing.T) {
+	keep := map[string]bool{canary.AnnotationSidecar: true}
+	injected := istioInjectedPod("shop", "cart", 0)
+	assert.Equal(t, "1-25", slimPod(injected, keep).Revision)
+
+	plain := istioInjectedPod("shop", "cart", 1)
+	delete(plain.Annotations, canary.AnnotationSidecar)
+	assert.Equal(t, "", slimPod(plain, keep).Revision)
+
+	unreadable := istioInjectedPod("shop", "cart", 2)
+	unreadable.Annotations[canary.AnnotationSidecar] = `{"revision":`
+	assert.Equal(t, "", slimPod(unreadable, keep).Revision)
+
+	unnamed := istioInjectedPod("shop", "cart", 3)
+	unnamed.Annotations[canary.AnnotationSidecar] = `{"containers":["istio-proxy"]}`
+	assert.Equal(t, canary.SidecarRevision(unnamed.Annotations), slimPod(unnamed, keep).Revision)
+}

@@ -7,13 +7,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/meshwave/meshwave/canary"
 )
 
 // CachedPod is what the caches keep of a pod: its metadata, of its
 // annotations only those meshwave reads, and the few fields of its spec
 // and status the gates and the planner read. A corev1.Pod is a struct of
 // 1,240 bytes, nearly all of them spec and status fields a slimmed pod
-// leaves empty; a CachedPod is 336, most of them its metadata.
+// leaves empty; a CachedPod is 352, most of them its metadata.
 type CachedPod struct {
 	metav1.ObjectMeta
 	// Node is spec.nodeName.
@@ -24,6 +26,11 @@ type CachedPod struct {
 	IP string
 	// Ready tells whether the Ready condition is True.
 	Ready bool
+	// Revision is the revision in the sidecar.istio.io/status annotation
+	// (canary.SidecarRevision), read once as the pod is cached: every
+	// reconcile of its namespace reads it. "" when the pod was not
+	// injected or the annotation is unreadable.
+	Revision string
 	// Waiting is why the first container that waits, init containers
 	// first, does (CrashLoopBackOff, ImagePullBackOff); "" when none does.
 	Waiting string
@@ -74,6 +81,7 @@ func slimPod(p *corev1.Pod, keep map[string]bool) *CachedPod {
 		Ready:   ready(p.Status.Conditions),
 		Waiting: waiting(p.Status),
 	}
+	out.Revision = intern(canary.SidecarRevision(out.Annotations))
 	if p.Labels["app"] == "istiod" {
 		for _, c := range p.Spec.Containers {
 			out.Containers = append(out.Containers, ContainerImage{Name: c.Name, Image: c.Image})
