@@ -147,7 +147,7 @@ func TestObserveGatesSeesEveryEvaluation(t *testing.T) {
 		at       time.Time
 	}
 	var got []seen
-	c, _, ctx := startTestController(t, record.NewFakeRecorder(100), func(c *Controller) {
+	c, client, ctx := startTestController(t, record.NewFakeRecorder(100), func(c *Controller) {
 		c.observe = func(w canary.WaveUnderTest, vs []canary.Verdict, at time.Time) {
 			var members []string
 			for _, m := range w.Workloads {
@@ -156,6 +156,9 @@ func TestObserveGatesSeesEveryEvaluation(t *testing.T) {
 			got = append(got, seen{w.Namespace, w.Wave, members, vs, at})
 		}
 	})
+	// Writes bump resourceVersions, as the apiserver's do: the cache is
+	// caught up only once it shows them.
+	apiserverResourceVersions(client)
 	require.NoError(t, c.sync(ctx, "shop"))
 	require.Empty(t, got, "no wave was under test before the first")
 	require.Eventually(t, func() bool {
