@@ -78,8 +78,9 @@ type Controller struct {
 	identity  string
 	stopRec   func()
 
-	// admitMu serialises the reconciles that may start a migration, so
-	// that two workers never both take the last concurrency slot.
+	// admitMu serialises the reconciles whose decision reads the peers to
+	// decide whether to start a migration, so that two workers never both
+	// take the last concurrency slot (admission).
 	admitMu sync.Mutex
 	// starting holds namespaces this process started whose new phase the
 	// cache may not show yet.
@@ -375,15 +376,13 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		c.queue.AddAfter(key, 200*time.Millisecond)
 		return nil
 	}
-	if canary.MayTakeSlot(status) {
-		c.admitMu.Lock()
-		defer c.admitMu.Unlock()
-	}
 	snap, err := c.caches.Gather(ns, c.cfg.RootNamespace)
 	if err != nil {
 		return fmt.Errorf("gather: %w", err)
 	}
-	snap.Peers = c.withStarting(snap.Peers)
+	admission := &admission{c: c, ns: key}
+	defer admission.done()
+	snap.ReadPeers = admission.peers
 	now := c.clock.Now()
 	var verdicts []canary.Verdict
 	if wave, ok := canary.WaveToVerify(snap, status, c.decisions); ok {
@@ -393,8 +392,14 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		}
 	}
 	_, optedIn := ns.Annotations[canary.AnnotationTargetRevision]
+	refused := c.refusals.take(key)
 	d := canary.Decide(canary.Input{Snapshot: snap, Status: status, StatusErr: statusErr, Verdicts: verdicts,
-		WasOptedIn: c.optedIn.get(key), Refused: c.refusals.take(key), Now: now, Config: c.decisions})
+		WasOptedIn: c.optedIn.get(key), Refused: refused, Now: now, Config: c.decisions})
+	if admission.err != nil {
+		// Decided without its peers: nothing of it is carried out.
+		c.refusals.add(key, refused)
+		return fmt.Errorf("read the peers: %w", admission.err)
+	}
 	next := d.Status
 	if next != nil && d.Label == "" && len(d.Moves) == 0 && !d.SetPaused && !d.ClearRollback && canary.OnlyProgress(written, next) {
 		// Progress is kept here, not written: a wave costs the namespace
@@ -417,6 +422,43 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		c.queue.AddAfter(key, d.RequeueAfter)
 	}
 	return nil
+}
+
+// admission hands one reconcile's decision the other namespaces, read
+// when the decision asks for them: only a namespace that may start a
+// migration does (canary.Snapshot.ReadPeers). Before reading them it takes
+// the controller's admission lock, and keeps it until the reconcile is
+// done, writes included: two decisions that each read the others before
+// either wrote would both take the last slot. A migration under way, or
+// one that ended, never asks, and never waits for the lock.
+type admission struct {
+	c      *Controller
+	ns     string
+	locked bool
+	// err is why the peers could not be read; the decision made without
+	// them must not be carried out.
+	err error
+}
+
+func (a *admission) peers() []canary.Peer {
+	if !a.locked {
+		a.c.admitMu.Lock()
+		a.locked = true
+	}
+	peers, err := a.c.caches.peers(a.ns)
+	if err != nil {
+		a.err = err
+		return nil
+	}
+	return a.c.withStarting(peers)
+}
+
+// done releases the admission lock, if the decision took it.
+func (a *admission) done() {
+	if a.locked {
+		a.c.admitMu.Unlock()
+		a.locked = false
+	}
 }
 
 // withStarting counts the namespaces this process just started as

@@ -28,7 +28,8 @@ const (
 )
 
 // Gather reads one namespace and the mesh from the caches into a
-// snapshot. It makes no API call.
+// snapshot. It makes no API call. It leaves out the peers: the controller
+// reads those only for a decision that asks (Snapshot.ReadPeers).
 func (c *Caches) Gather(ns *corev1.Namespace, rootNamespace string) (canary.Snapshot, error) {
 	snap := canary.Snapshot{Namespace: canary.Namespace{Name: ns.Name, Labels: ns.Labels, Annotations: ns.Annotations}}
 	var err error
@@ -39,9 +40,6 @@ func (c *Caches) Gather(ns *corev1.Namespace, rootNamespace string) (canary.Snap
 		return snap, err
 	}
 	if snap.Mesh, err = c.mesh(rootNamespace); err != nil {
-		return snap, err
-	}
-	if snap.Peers, err = c.peers(ns.Name); err != nil {
 		return snap, err
 	}
 	snap.Compat = c.compat.gather(ns.Name, rootNamespace)

@@ -72,16 +72,16 @@ type errString string
 func (e errString) Error() string { return string(e) }
 
 // Invariant 8 (never more namespaces migrating than concurrency): the
-// reconciles that may start a migration are serialised (admitMu).
+// reconciles whose decision reads the peers to admit a migration are
+// serialised (admitMu).
 //
 // Scenario: shop's previous migration ended (RolledBack, then its target
 // was removed: Stopped) and the target is added again to retry. Its cached
-// status is terminal, so MayTakeSlot says the decision cannot take a slot
-// and the reconcile does not take admitMu, yet the decision starts wave 1.
-// Here another worker holds admitMu (it is admitting another namespace
-// from a snapshot in which shop holds no slot): shop's reconcile does not
-// wait for it, and both namespaces start with concurrency 1. The same
-// holds for a Completed or RolledBack status whose target is changed.
+// status is terminal, yet the decision starts wave 1. Here another worker
+// holds admitMu (it is admitting another namespace from a snapshot in
+// which shop holds no slot): shop's reconcile must wait for it, or both
+// namespaces start with concurrency 1. The same holds for a Completed or
+// RolledBack status whose target is changed.
 func TestARetryFromAStoppedStatusIsSerialisedWithOtherAdmissions(t *testing.T) {
 	stopped, err := (&canary.Status{Phase: canary.PhaseStopped, Target: "1-26", TargetRevision: "1-26",
 		Reason: "meshwave.io/target-revision was removed after the migration ended RolledBack"}).Encode()
@@ -106,10 +106,44 @@ func TestARetryFromAStoppedStatusIsSerialisedWithOtherAdmissions(t *testing.T) {
 		ns, err := client.CoreV1().Namespaces().Get(ctx, "shop", metav1.GetOptions{})
 		require.NoError(t, err)
 		now, _, _ := canary.ParseStatus(ns.Annotations)
-		t.Errorf("shop started a migration (phase %s, wave %d, takes a slot: %v) while another admission held admitMu: MayTakeSlot(Stopped) = %v",
-			now.Phase, now.Wave, canary.TakesSlot(st, now), canary.MayTakeSlot(st))
+		t.Errorf("shop started a migration (phase %s, wave %d, takes a slot: %v) while another admission held admitMu",
+			now.Phase, now.Wave, canary.TakesSlot(st, now))
 	case <-time.After(time.Second):
 		c.admitMu.Unlock()
 		<-done
 	}
+}
+
+// Only a decision that may start a migration reads the peers and waits for
+// the admission lock: a namespace whose migration ended decides without
+// them (as does one under way), so a long admission elsewhere never holds
+// it up.
+func TestAnEndedMigrationDoesNotWaitForAnotherAdmission(t *testing.T) {
+	at := now.Add(-time.Hour)
+	completed, err := (&canary.Status{Phase: canary.PhaseCompleted, Target: "1-26", TargetRevision: "1-26", SourceLabel: "1-25", SourceRevision: "1-25",
+		Wave: 1, TotalWaves: 1, StartedAt: &at, CompletedAt: &at, Reason: "moved 1 workloads to 1-26 in 1 waves"}).Encode()
+	require.NoError(t, err)
+	c, client, ctx := startTestController(t, record.NewFakeRecorder(100), func(c *Controller) {
+		ns, err := c.client.CoreV1().Namespaces().Get(context.Background(), "shop", metav1.GetOptions{})
+		require.NoError(t, err)
+		ns.Annotations[canary.AnnotationStatus] = completed
+		_, err = c.client.CoreV1().Namespaces().Update(context.Background(), ns, metav1.UpdateOptions{})
+		require.NoError(t, err)
+	})
+
+	c.admitMu.Lock() // another worker is admitting another namespace
+	defer c.admitMu.Unlock()
+	done := make(chan error, 1)
+	go func() { done <- c.sync(ctx, "shop") }()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the reconcile of a namespace whose migration ended waited for another namespace's admission")
+	}
+	ns, err := client.CoreV1().Namespaces().Get(ctx, "shop", metav1.GetOptions{})
+	require.NoError(t, err)
+	st, _, err := canary.ParseStatus(ns.Annotations)
+	require.NoError(t, err)
+	assert.Equal(t, canary.PhaseCompleted, st.Phase)
 }

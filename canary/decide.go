@@ -445,7 +445,11 @@ func (d *decider) pending() {
 		d.event("", EventNormal, "Paused", st.Reason)
 		return
 	}
-	if ok, why := Admit(Peer{Name: d.ns, Priority: d.settings.Priority, Phase: PhasePending}, d.snap.Peers, d.cfg.Concurrency); !ok {
+	peers := d.snap.Peers
+	if d.snap.ReadPeers != nil {
+		peers = d.snap.ReadPeers()
+	}
+	if ok, why := Admit(Peer{Name: d.ns, Priority: d.settings.Priority, Phase: PhasePending}, peers, d.cfg.Concurrency); !ok {
 		st.Phase, st.Reason = PhasePending, why
 		return
 	}

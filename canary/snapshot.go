@@ -16,6 +16,13 @@ type Snapshot struct {
 	// Peers are the other namespaces that opted in, for priority order and
 	// concurrency.
 	Peers []Peer
+	// ReadPeers, when set, reads the peers instead: a decision calls it
+	// once, when it decides whether the namespace may start (admission),
+	// and not at all otherwise. Reading every other namespace's status on
+	// every reconcile of a migration under way was most of a reconcile's
+	// time in a cluster of hundreds of opted-in namespaces, and the agent
+	// serialises the decisions that read them.
+	ReadPeers func() []Peer
 	// Compat are the mesh resources the compatibility prechecks read.
 	Compat Compat
 	// Unmovable are the namespace's other workloads whose running pods

@@ -61,15 +61,6 @@ func (s *Status) HoldsSlot() bool {
 	return false
 }
 
-// MayTakeSlot reports whether deciding on a namespace whose status is s
-// might start a migration, and so take a concurrency slot: the agent
-// serialises those decisions. Any namespace that holds no slot might (a
-// finished one whose target was removed and set again, one whose target
-// changed), so only a migration under way does not.
-func MayTakeSlot(s *Status) bool {
-	return !s.HoldsSlot()
-}
-
 // TakesSlot reports whether writing next over prev starts a migration.
 func TakesSlot(prev, next *Status) bool {
 	return !prev.HoldsSlot() && next.HoldsSlot()

@@ -20,12 +20,16 @@ func withFacts(in Input) Input {
 }
 
 // decideBothWays decides in twice, once reading every workload's labels
-// and annotations and once from the Facts kept beside them, and fails t
-// unless both decisions are the same: keeping facts changes nothing.
+// and annotations and the peers as given, and once from the Facts kept
+// beside the workloads and the peers read on demand (as the agent hands
+// both in), and fails t unless both decisions are the same.
 func decideBothWays(t testing.TB, in Input) Decision {
 	t.Helper()
 	kept := withFacts(in)
 	kept.Status = in.Status.DeepCopy()
+	peers := in.Snapshot.Peers
+	kept.Snapshot.Peers = nil
+	kept.Snapshot.ReadPeers = func() []Peer { return peers }
 	want := Decide(in)
 	got := Decide(kept)
 	require.Equal(t, want, got, "the decision from kept facts differs from the one that read the workloads")
@@ -87,4 +91,31 @@ func TestDecisionsAreTheSameFromKeptFacts(t *testing.T) {
 	delete(s.Workloads[260].Annotations, AnnotationWave)
 	in := Input{Snapshot: s, Status: st, Now: t0.Add(time.Minute), Config: cfg}
 	require.Equal(t, PlanWaves([]PlanInput{{Snapshot: s, Status: st}}, cfg.Sizes), PlanWaves([]PlanInput{{Snapshot: withFacts(in).Snapshot, Status: st}}, cfg.Sizes))
+}
+
+// A decision reads the peers only to decide whether the namespace may
+// start, and then once.
+func TestADecisionReadsThePeersOnlyForAdmission(t *testing.T) {
+	reads := 0
+	busy := func() []Peer {
+		reads++
+		return []Peer{{Name: "cart", Priority: 1, Phase: PhaseMigrating, HoldsSlot: true}}
+	}
+	s := snap(deploy("a"), deploy("b"))
+	s.ReadPeers = busy
+	d := Decide(Input{Snapshot: s, Now: t0, Config: Config{Concurrency: 1}})
+	require.Equal(t, 1, reads)
+	require.Equal(t, PhasePending, d.Status.Phase)
+	require.Empty(t, d.Moves)
+
+	s.ReadPeers = func() []Peer { reads++; return nil }
+	d = Decide(Input{Snapshot: s, Now: t0, Config: Config{Concurrency: 1}})
+	require.Equal(t, 2, reads)
+	require.Equal(t, PhaseMigrating, d.Status.Phase)
+	require.Len(t, d.Moves, 1)
+
+	// Under way, the next decisions never read them.
+	s.ReadPeers = func() []Peer { t.Fatal("a migration under way read its peers"); return nil }
+	Decide(Input{Snapshot: s, Status: d.Status, Now: t0.Add(time.Second), Config: Config{Concurrency: 1},
+		Verdicts: []Verdict{{Gate: "rollout", Result: ResultPending, RetryAfter: time.Second}}})
 }
