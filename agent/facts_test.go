@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"testing"
 	"time"
+	"weak"
 
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
@@ -93,4 +94,28 @@ func TestFactsAreDroppedWithTheirObject(t *testing.T) {
 		runtime.GC()
 		return kept.len() == 0
 	}, 10*time.Second, 50*time.Millisecond, "%d objects freed and their facts still kept", kept.len())
+}
+
+// Caches that are done with (PlanNow's, HoldersNow's, a controller's
+// after Shutdown) go with every object they held. A kept fact's cleanup
+// is a root of the garbage collector's for as long as its object lives;
+// were it to reach the caches, the caches would keep their objects, and
+// so their cleanups, and so themselves, for ever.
+func TestCachesDoneWithAreFreedWithTheirObjects(t *testing.T) {
+	gathered := func() (weak.Pointer[Caches], weak.Pointer[appsv1.Deployment]) {
+		caches := cachesOf(t, transform(nil), objects()...)
+		ns, err := caches.Namespaces.Get("shop")
+		require.NoError(t, err)
+		snap, err := caches.Gather(ns, "istio-system")
+		require.NoError(t, err)
+		require.NotNil(t, snap.Workloads[0].Facts)
+		d, err := caches.Deployments.Deployments("shop").Get("cart")
+		require.NoError(t, err)
+		return weak.Make(caches), weak.Make(d)
+	}
+	caches, cart := gathered()
+	require.Eventually(t, func() bool {
+		runtime.GC()
+		return caches.Value() == nil && cart.Value() == nil
+	}, 5*time.Second, 50*time.Millisecond, "the caches and the objects they held are never freed")
 }
