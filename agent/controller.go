@@ -41,8 +41,9 @@ type Options struct {
 	// GateDeps replace the outside systems the configured gates talk to.
 	GateDeps GateDeps
 	// ObserveGates, when set, is told of every evaluation of a wave's
-	// gates: what they were shown, their verdicts and when. The benchmarks
-	// time how soon the gates see a change with it.
+	// gates: what they were shown, their verdicts and when. The workers
+	// call it concurrently, and it must not change what it is handed. The
+	// benchmarks time how soon the gates see a change with it.
 	ObserveGates func(wave canary.WaveUnderTest, verdicts []canary.Verdict, at time.Time)
 	// Clock defaults to the real clock.
 	Clock clock.Clock
