@@ -81,13 +81,29 @@ func BenchmarkPlanNamespace(b *testing.B) {
 	}
 }
 
-// BenchmarkPlanWaves measures `meshwave plan` over 10,000 Deployments in
-// 100 namespaces.
+// BenchmarkPlanWaves measures planning 10,000 Deployments in 100
+// namespaces, their facts kept, as the agent's caches hand them to the
+// holders metric's plans.
 func BenchmarkPlanWaves(b *testing.B) {
+	benchmarkPlanWaves(b, true)
+}
+
+// BenchmarkPlanWavesReadingEveryWorkload is BenchmarkPlanWaves reading
+// every workload's labels and annotations in the call: a plan over
+// objects never read before (`meshwave plan` reads each once, as it
+// gathers).
+func BenchmarkPlanWavesReadingEveryWorkload(b *testing.B) {
+	benchmarkPlanWaves(b, false)
+}
+
+func benchmarkPlanWaves(b *testing.B, kept bool) {
 	var inputs []PlanInput
 	for n := 0; n < 100; n++ {
 		s, _ := largeNamespace(100)
 		s.Namespace.Name = fmt.Sprintf("ns-%03d", n)
+		if kept {
+			s = keepFacts(s)
+		}
 		inputs = append(inputs, PlanInput{Snapshot: s})
 	}
 	b.ReportAllocs()
