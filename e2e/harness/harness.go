@@ -201,12 +201,13 @@ func (c *Counter) Lines() []string {
 // Config is the agent's configuration for the world: real defaults, with
 // waits shortened so a scenario takes seconds. The xDS sync gate asks the
 // world's istiods over gRPC and TLS with a real token of the meshwave
-// service account, audience istio-ca, as the chart mounts it.
+// service account, audience istio-ca, as the chart mounts it and the
+// kubelet keeps it fresh (projectToken).
 func Config(f *fixture.Fixture) agent.Config {
 	f.T.Helper()
 	cfg := agent.DefaultConfig()
 	token := filepath.Join(f.T.TempDir(), "istio-token")
-	require.NoError(f.T, os.WriteFile(token, []byte(f.IstioCAToken("meshwave")), 0o600))
+	projectToken(f, token)
 	cfg.Gates.Sync.TokenFile = token
 	cfg.Gates.Sync.Port = f.World.Mesh.Ports().GRPCTLS
 	cfg.Gates.Sync.Interval = agent.Duration(time.Second)
