@@ -400,6 +400,15 @@ func (s *Status) Validate() error {
 		if s.BlockedKind == "" {
 			bad("blockedKind", `""`, "set while Blocked")
 		}
+		// Unblocked, it goes on in blockedPhase: one of a migration under
+		// way before the first wave would start a wave without admission
+		// (it holds no slot, and only Pending asks for one).
+		switch s.BlockedPhase {
+		case PhaseMigrating, PhaseAnalyzing, PhaseRollingBack:
+			if s.Wave == 0 {
+				bad("blockedPhase", fmt.Sprintf("%q at wave 0", s.BlockedPhase), "a phase of a migration under way only at a wave of 1 or more")
+			}
+		}
 	}
 	return errors.Join(errs...)
 }
