@@ -83,3 +83,44 @@ func TestAStatusBlockedAtWaveZeroIsAdmittedBeforeItsFirstWave(t *testing.T) {
 		}
 	}
 }
+
+// Invariant 8, over every status a person could leave that meshwave reads:
+// each phase, blocked phase, wave state and rollback scope, at wave 0 and
+// 1, decided with and without a pause or rollback request. None starts a
+// migration without reading its peers (decideBothWays checks each; the
+// statuses decided are not written back).
+func TestNoReadableStatusStartsAMigrationWithoutReadingThePeers(t *testing.T) {
+	decided := 0
+	for _, phase := range Phases {
+		for _, blocked := range append([]Phase{""}, Phases...) {
+			for _, state := range waveStates {
+				for _, scope := range []RollbackScope{RollbackNone, RollbackWave, RollbackAll} {
+					for wave := 0; wave <= 1; wave++ {
+						st := &Status{Phase: phase, BlockedPhase: blocked, WaveState: state, Rollback: scope, Target: "1-26", TargetRevision: "1-26",
+							Wave: wave, TotalWaves: 2, GatesSince: &t0, SourceLabel: "1-25", SourceRevision: "1-25", StartedAt: &t0}
+						if phase == PhaseBlocked {
+							st.BlockedKind = BlockedInvalidInput
+						}
+						if st.Validate() != nil {
+							continue
+						}
+						for _, ann := range []string{"", AnnotationPaused, AnnotationRollback} {
+							s := newSim(t, deploy("a"), deploy("b"), deploy("c"))
+							s.snap.Peers = []Peer{{Name: "blog", Priority: 1, Phase: PhaseMigrating, HoldsSlot: true}}
+							switch ann {
+							case AnnotationPaused:
+								s.snap.Namespace.Annotations[ann] = "true"
+							case AnnotationRollback:
+								s.snap.Namespace.Annotations[ann] = "all"
+							}
+							s.status, s.now = st, t0.Add(time.Hour)
+							decideBothWays(t, Input{Snapshot: s.snap, Status: st.DeepCopy(), Verdicts: s.gates(), Now: s.now, Config: s.cfg, WasOptedIn: true})
+							decided++
+						}
+					}
+				}
+			}
+		}
+	}
+	require.Greater(t, decided, 100)
+}
