@@ -13,7 +13,7 @@ import (
 // when it does not. The agent serialises only the decisions that read the
 // peers (Snapshot.ReadPeers), so any other start escapes both the priority
 // order and the concurrency limit. Two starts go without admission by
-// design, and are let through:
+// design, and are let through (a third, a known gap, is named below):
 //   - a rollback: it always runs (README, maintenance windows);
 //   - the adoption of a migration whose status is missing or unreadable:
 //     its peers already count it as holding its slot (PeerOf).
