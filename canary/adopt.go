@@ -249,6 +249,13 @@ func (d *decider) continueOnRecord() bool {
 		m.LastWave = lastForward
 		d.adoptRecords(m, EventNormal, "MigrationResumed", fmt.Sprintf("the Deployments carry moves of migration %s to %s", m.ID, d.st.TargetRevision))
 		d.st.Warnings, d.st.PausedSeconds, d.st.RetriedAt = prev.Warnings, prev.PausedSeconds, prev.RetriedAt
+		if prev.RetriedAt != nil && prev.RetriedAt.Before(m.StartedAt) {
+			// A migration that started after the retry is the retry's
+			// own (a status from before it was restored): none of its
+			// rollbacks are from before the retry, and a retriedAt before
+			// startedAt is not a status meshwave reads back.
+			d.st.RetriedAt = nil
+		}
 		return true
 	}
 	return false

@@ -396,9 +396,29 @@ func (s *Status) Validate() error {
 		if s.Wave == 0 || s.WaveState != WaveRollingBack || s.Rollback == RollbackNone {
 			bad("waveState", fmt.Sprintf("%q, rollback %q at wave %d", s.WaveState, s.Rollback, s.Wave), "RollingBack with a scope at a wave of 1 or more while RollingBack")
 		}
+	case PhasePending:
+		// Pending is before the first wave; at a later one it would start
+		// again from pending(), which pauses it at that wave, holding a
+		// slot it never asked for.
+		if s.Wave > 0 {
+			bad("wave", s.Wave, "0 while Pending")
+		}
 	case PhaseBlocked:
 		if s.BlockedKind == "" {
 			bad("blockedKind", `""`, "set while Blocked")
+		}
+		if (s.BlockedPhase == "" || s.BlockedPhase == PhasePending) && s.Wave > 0 {
+			// Unblocked, it would go on as Pending (see above).
+			bad("blockedPhase", fmt.Sprintf("%q", s.BlockedPhase), "a phase of a migration under way while Blocked at a wave of 1 or more")
+		}
+		// Unblocked, it goes on in blockedPhase: one of a migration under
+		// way before the first wave would start a wave without admission
+		// (it holds no slot, and only Pending asks for one).
+		switch s.BlockedPhase {
+		case PhaseMigrating, PhaseAnalyzing, PhaseRollingBack:
+			if s.Wave == 0 {
+				bad("blockedPhase", fmt.Sprintf("%q at wave 0", s.BlockedPhase), "a phase of a migration under way only at a wave of 1 or more")
+			}
 		}
 	}
 	return errors.Join(errs...)

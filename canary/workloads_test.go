@@ -29,10 +29,12 @@ func decideBothWays(t testing.TB, in Input) Decision {
 	kept.Status = in.Status.DeepCopy()
 	peers := in.Snapshot.Peers
 	kept.Snapshot.Peers = nil
-	kept.Snapshot.ReadPeers = func() []Peer { return peers }
+	reads := 0
+	kept.Snapshot.ReadPeers = func() []Peer { reads++; return peers }
 	want := Decide(in)
 	got := Decide(kept)
 	require.Equal(t, want, got, "the decision from kept facts differs from the one that read the workloads")
+	requireAdmitted(t, in, got, reads)
 	return want
 }
 
