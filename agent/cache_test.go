@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -21,6 +22,17 @@ import (
 
 	"github.com/meshwave/meshwave/canary"
 )
+
+// startCaches starts c's informers, waits for them to sync, and stops
+// them when the test ends; it returns the context they run in.
+func startCaches(t testing.TB, c *Caches) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() { cancel(); c.Shutdown() })
+	c.Start(ctx)
+	require.True(t, c.WaitForSync())
+	return ctx
+}
 
 // cachesOf builds caches straight from indexers holding objs, each
 // passed through tf first.

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"context"
 	"runtime"
 	"testing"
 	"time"
@@ -38,11 +37,7 @@ func gatherFacts(t *testing.T, caches *Caches) map[string]*canary.Facts {
 func TestGatherKeepsEachCachedObjectsFactsUntilItChanges(t *testing.T) {
 	client := fake.NewClientset(append(objects(), kindObjects()...)...)
 	caches := NewCaches(client, 0, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	caches.Start(ctx)
-	defer caches.Shutdown()
-	require.True(t, caches.WaitForSync())
+	ctx := startCaches(t, caches)
 
 	first := gatherFacts(t, caches)
 	require.Len(t, first, 3)

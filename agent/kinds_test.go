@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"context"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -68,11 +67,7 @@ func kindObjects() []runtime.Object {
 func TestGatherReadsStatefulSetsAndDaemonSetsInTheirControllersTerms(t *testing.T) {
 	client := fake.NewClientset(append(objects(), kindObjects()...)...)
 	caches := NewCaches(client, 0, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	caches.Start(ctx)
-	defer caches.Shutdown()
-	require.True(t, caches.WaitForSync())
+	startCaches(t, caches)
 	ns, err := caches.Namespaces.Get("shop")
 	require.NoError(t, err)
 	snap, err := caches.Gather(ns, "istio-system")
@@ -173,11 +168,7 @@ func TestAPodWithAForgedOwnerIsNoPodOfTheWorkload(t *testing.T) {
 	}
 	client := fake.NewClientset(append(append(objects(), kindObjects()...), forged("db-9", "StatefulSet", "db"), forged("agent-zz", "DaemonSet", "agent"))...)
 	caches := NewCaches(client, 0, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	caches.Start(ctx)
-	defer caches.Shutdown()
-	require.True(t, caches.WaitForSync())
+	startCaches(t, caches)
 	ns, err := caches.Namespaces.Get("shop")
 	require.NoError(t, err)
 	snap, err := caches.Gather(ns, "istio-system")
