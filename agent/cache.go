@@ -8,7 +8,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -51,8 +53,12 @@ type Caches struct {
 	// compat reads the kinds of the compatibility prechecks; nil unless
 	// WatchCompat was called.
 	compat *compatCaches
-	// peerMemo keeps the namespaces read as peers.
+	// peerMemo keeps the namespaces read as peers, and stamps marks the
+	// changes of each namespace's workloads for it; nil for caches not
+	// built by NewCaches, whose peers are read from their workloads each
+	// time.
 	peerMemo peerMemo
+	stamps   *workloadStamps
 	// facts keeps what decisions read from each cached workload object.
 	facts workloadFacts
 }
@@ -91,7 +97,43 @@ func NewCaches(client kubernetes.Interface, resync time.Duration, persist []stri
 			"webhooks":     f.Admissionregistration().V1().MutatingWebhookConfigurations().Informer(),
 		},
 	}
+	c.stamps = newWorkloadStamps()
+	for _, name := range []string{"deployments", "statefulsets", "daemonsets"} {
+		// An informer not started yet never fails to take a handler.
+		_, _ = c.informers[name].AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    c.stampWorkload,
+			UpdateFunc: func(_, obj any) { c.stampWorkload(obj) },
+			DeleteFunc: c.workloadGone,
+		})
+	}
 	return c
+}
+
+// stampWorkload stamps the namespace of a workload that changed.
+func (c *Caches) stampWorkload(obj any) {
+	if m, err := meta.Accessor(obj); err == nil {
+		c.stamps.stamp(m.GetNamespace())
+	}
+}
+
+// workloadGone stamps the namespace of a workload deleted, and forgets the
+// stamp of a namespace left without any.
+func (c *Caches) workloadGone(obj any) {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		return
+	}
+	ns, _, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return
+	}
+	c.stamps.stamp(ns)
+	deps, err1 := c.Deployments.Deployments(ns).List(labels.Everything())
+	stss, err2 := c.StatefulSets.StatefulSets(ns).List(labels.Everything())
+	dss, err3 := c.DaemonSets.DaemonSets(ns).List(labels.Everything())
+	if err1 == nil && err2 == nil && err3 == nil && len(deps)+len(stss)+len(dss) == 0 {
+		c.stamps.forget(ns)
+	}
 }
 
 // jobsResource is batch/v1 Jobs.

@@ -252,8 +252,13 @@ func (c *Controller) enqueueAwaitingAdmission() {
 	if err != nil {
 		return
 	}
+	mesh, err := c.caches.revisions()
+	if err != nil {
+		c.enqueueAll()
+		return
+	}
 	for _, ns := range nss {
-		if p, ok := c.caches.peerOf(ns); ok && !p.HoldsSlot && !canary.Terminal(p.Phase) && p.Phase != canary.PhasePaused {
+		if p, ok := c.caches.peerOf(ns, mesh.Resolve); ok && !p.HoldsSlot && !canary.Terminal(p.Phase) && p.Phase != canary.PhasePaused {
 			c.queue.Add(ns.Name)
 		}
 	}
@@ -381,7 +386,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	if err != nil {
 		return fmt.Errorf("gather: %w", err)
 	}
-	admission := &admission{c: c, ns: key}
+	admission := &admission{c: c, ns: key, resolve: snap.Mesh.Resolve}
 	defer admission.done()
 	snap.ReadPeers = admission.peers
 	now := c.clock.Now()
@@ -433,9 +438,12 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 // either wrote would both take the last slot. A migration under way, or
 // one that ended, never asks, and never waits for the lock.
 type admission struct {
-	c      *Controller
-	ns     string
-	locked bool
+	c  *Controller
+	ns string
+	// resolve resolves the peers' targets as the decision resolves its
+	// own: from the mesh it gathered.
+	resolve func(string) (string, bool)
+	locked  bool
 	// err is why the peers could not be read; the decision made without
 	// them must not be carried out.
 	err error
@@ -446,7 +454,7 @@ func (a *admission) peers() []canary.Peer {
 		a.c.admitMu.Lock()
 		a.locked = true
 	}
-	peers, err := a.c.caches.peers(a.ns)
+	peers, err := a.c.caches.peers(a.ns, a.resolve)
 	if err != nil {
 		a.err = err
 		return nil

@@ -320,9 +320,9 @@ func coveredByPDB(template map[string]string, pdbs []*policyv1.PodDisruptionBudg
 	return false
 }
 
-// mesh reads the installed revisions and tags from the injector webhook
-// configurations, and istiod's readiness from its pods.
-func (c *Caches) mesh(rootNamespace string) (canary.Mesh, error) {
+// revisions reads the mesh's revisions and tags from the injector
+// webhooks, without their istiods: enough to resolve a target.
+func (c *Caches) revisions() (canary.Mesh, error) {
 	m := canary.Mesh{Revisions: map[string]canary.Revision{}, Tags: map[string]string{}}
 	mwcs, err := c.Webhooks.List(labels.Everything())
 	if err != nil {
@@ -341,6 +341,16 @@ func (c *Caches) mesh(rootNamespace string) (canary.Mesh, error) {
 			}
 			m.Revisions[rev] = canary.Revision{Name: rev}
 		}
+	}
+	return m, nil
+}
+
+// mesh reads the installed revisions and tags from the injector webhook
+// configurations, and istiod's readiness from its pods.
+func (c *Caches) mesh(rootNamespace string) (canary.Mesh, error) {
+	m, err := c.revisions()
+	if err != nil {
+		return m, err
 	}
 	istiods, err := c.Pods.In(rootNamespace).List(labels.SelectorFromSet(labels.Set{"app": "istiod"}))
 	if err != nil {
@@ -411,7 +421,8 @@ func (c *Caches) Istiods(rootNamespace string) func(string) []analysis.Istiod {
 }
 
 // peers are the other namespaces that opted in or still carry a status.
-func (c *Caches) peers(self string) ([]canary.Peer, error) {
+// resolve resolves their targets as the decisions do (canary.Mesh.Resolve).
+func (c *Caches) peers(self string, resolve func(string) (string, bool)) ([]canary.Peer, error) {
 	nss, err := c.Namespaces.List(labels.Everything())
 	if err != nil {
 		return nil, err
@@ -421,7 +432,7 @@ func (c *Caches) peers(self string) ([]canary.Peer, error) {
 		if ns.Name == self {
 			continue
 		}
-		if p, ok := c.peerOf(ns); ok {
+		if p, ok := c.peerOf(ns, resolve); ok {
 			out = append(out, p)
 		}
 	}
@@ -436,35 +447,49 @@ func (c *Caches) peers(self string) ([]canary.Peer, error) {
 }
 
 // peerOf reads ns as a peer: its target, priority and whether it holds a
-// migration slot.
-func (c *Caches) peerOf(ns *corev1.Namespace) (canary.Peer, bool) {
-	return c.peerMemo.of(ns, func() bool { return c.movedOnRecord(ns.Name) })
+// migration slot (canary.PeerOf).
+func (c *Caches) peerOf(ns *corev1.Namespace, resolve func(string) (string, bool)) (canary.Peer, bool) {
+	return c.peerMemo.of(ns, resolve, func() ([]canary.Workload, error) { return c.recordsOf(ns.Name) }, func() (uint64, bool) {
+		if c.stamps == nil {
+			return 0, false
+		}
+		return c.stamps.of(ns.Name), true
+	})
 }
 
-// movedOnRecord reports whether any workload of ns carries a move record.
-func (c *Caches) movedOnRecord(ns string) bool {
-	var metas []metav1.Object
+// recordsOf are a namespace's Deployments, StatefulSets and DaemonSets as
+// a peer's move records are read from them: with their kept facts, without
+// their pods.
+func (c *Caches) recordsOf(ns string) ([]canary.Workload, error) {
 	deps, err := c.Deployments.Deployments(ns).List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	stss, err := c.StatefulSets.StatefulSets(ns).List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	dss, err := c.DaemonSets.DaemonSets(ns).List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	out := make([]canary.Workload, 0, len(deps)+len(stss)+len(dss))
 	for _, d := range deps {
-		metas = append(metas, d)
+		w := workloadOf(d)
+		w.Facts = c.facts.deployments.get(d, &w)
+		out = append(out, w)
 	}
-	stss, err2 := c.StatefulSets.StatefulSets(ns).List(labels.Everything())
 	for _, s := range stss {
-		metas = append(metas, s)
+		w := statefulSetWorkload(s)
+		w.Facts = c.facts.statefulSets.get(s, &w)
+		out = append(out, w)
 	}
-	dss, err3 := c.DaemonSets.DaemonSets(ns).List(labels.Everything())
 	for _, d := range dss {
-		metas = append(metas, d)
+		w := daemonSetWorkload(d)
+		w.Facts = c.facts.daemonSets.get(d, &w)
+		out = append(out, w)
 	}
-	if err != nil || err2 != nil || err3 != nil {
-		return true // unknown: the careful answer
-	}
-	for _, m := range metas {
-		if _, ok := canary.ReadMoveRecord(m.GetAnnotations()); ok {
-			return true
-		}
-	}
-	return false
+	return out, nil
 }
 
 // workloadMeta returns the cached object a workload ID names.

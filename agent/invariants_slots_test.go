@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -149,7 +150,7 @@ func TestAPeerIsReadAgainWhenItsAnnotationsChangeAtTheSameResourceVersion(t *tes
 	require.NoError(t, c.sync(ctx, "shop"))
 	require.Eventually(t, func() bool { return cachedPhase("shop") == canary.PhasePaused && settled("shop") }, 5*time.Second, 10*time.Millisecond)
 	// Every reconcile reads its peers: web's, here, reads shop paused.
-	_, err := c.caches.peers("web")
+	_, err := c.caches.peers("web", nil)
 	require.NoError(t, err)
 
 	_, err = client.CoreV1().Namespaces().Patch(ctx, "shop", types.MergePatchType,
@@ -175,4 +176,77 @@ func TestAPeerIsReadAgainWhenItsAnnotationsChangeAtTheSameResourceVersion(t *tes
 	require.NoError(t, err)
 	require.NotNil(t, st)
 	assert.Equal(t, "Pending: waiting for a free slot: 1 of 1 in use by shop", string(st.Phase)+": "+st.Reason)
+}
+
+// Invariant 8 (never more namespaces migrating than concurrency) against a
+// status restored over newer move records.
+//
+// Scenario: concurrency 1; shop and web are opted in. shop starts its
+// canary; then its meshwave.io/status is replaced by an old copy that says
+// a migration to the same target completed an hour before (a GitOps
+// re-sync of a stale manifest). shop's next reconcile adopts the migration
+// its Deployments' records show, without asking for a slot: adoption
+// never does. Read from its annotations alone, shop had ended, and web's
+// decision started web beside it.
+func TestAnEndedStatusRestoredOverANewerMigrationHoldsItsSlot(t *testing.T) {
+	var clock *clocktesting.FakeClock
+	recorder := record.NewFakeRecorder(1000)
+	c, client, ctx := startTestController(t, recorder, func(c *Controller) {
+		addOptedInNamespace(t, c, "web")
+		clock = c.clock.(*clocktesting.FakeClock)
+	})
+	settled := func(name string) bool {
+		ns, err := c.caches.Namespaces.Get(name)
+		return err == nil && c.expect.satisfied(ns, c.cachedWorkload(name), c.cachedPod(name), clock.Now())
+	}
+	statusOf := func(name string) *canary.Status {
+		ns, err := client.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+		require.NoError(t, err)
+		st, _, err := canary.ParseStatus(ns.Annotations)
+		require.NoError(t, err)
+		return st
+	}
+
+	require.NoError(t, c.sync(ctx, "shop"))
+	started := statusOf("shop")
+	require.Equal(t, canary.PhaseMigrating, started.Phase)
+	require.Eventually(t, func() bool { return settled("shop") }, 5*time.Second, 10*time.Millisecond)
+
+	old := started.DeepCopy()
+	before := started.StartedAt.Add(-time.Hour)
+	old.Phase, old.Reason, old.WaveState = canary.PhaseCompleted, "", ""
+	old.StartedAt, old.WaveStartedAt, old.GatesSince, old.CompletedAt = &before, &before, nil, ptr.To(before.Add(10*time.Minute))
+	raw, err := old.Encode()
+	require.NoError(t, err)
+	ns, err := client.CoreV1().Namespaces().Get(ctx, "shop", metav1.GetOptions{})
+	require.NoError(t, err)
+	ns.Annotations[canary.AnnotationStatus] = raw
+	_, err = client.CoreV1().Namespaces().Update(ctx, ns, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		ns, err := c.caches.Namespaces.Get("shop")
+		return err == nil && ns.Annotations[canary.AnnotationStatus] == raw
+	}, 5*time.Second, 10*time.Millisecond)
+
+	// Long after shop's start: this process no longer counts it as
+	// starting (withStarting), only as its annotations and records say.
+	clock.Step(2 * time.Minute)
+	require.Eventually(t, func() bool { return settled("web") }, 5*time.Second, 10*time.Millisecond)
+	require.NoError(t, c.sync(ctx, "web"))
+	web := statusOf("web")
+	assert.Equal(t, "Pending: waiting for a free slot: 1 of 1 in use by shop", string(web.Phase)+": "+web.Reason)
+
+	require.NoError(t, c.sync(ctx, "shop"))
+	shop := statusOf("shop")
+	assert.Equal(t, canary.PhaseMigrating, shop.Phase)
+	assert.Equal(t, started.StartedAt, shop.StartedAt, "shop continues the migration on record")
+	assert.True(t, shop.HoldsSlot())
+	var adopted []string
+	for len(recorder.Events) > 0 {
+		if e := <-recorder.Events; strings.Contains(e, "StatusAdopted") {
+			adopted = append(adopted, e)
+		}
+	}
+	require.Len(t, adopted, 1)
+	assert.Contains(t, adopted[0], "newer than the status's")
 }

@@ -8,20 +8,25 @@ import (
 	"github.com/meshwave/meshwave/canary"
 )
 
-// peerMemo keeps each namespace's canary.PeerOf by the annotations it was
-// read from. Every reconcile reads every other namespace as a peer, and
-// a status is JSON: at hundreds of opted-in namespaces, parsing each one
-// again for each reconcile made the work of one status change grow with
-// the square of their number. An entry is kept by the values PeerOf reads,
-// not by the namespace's resourceVersion: a resourceVersion can come back
-// with other contents (an etcd restored without a revision bump, while a
-// replica keeps its caches; a fake clientset that does not bump it), and
-// a slot read from stale contents lets one more namespace start. Comparing
-// the strings costs little: an unchanged cached namespace hands back the
-// same strings, which compare by their pointers. Answers that consulted
-// the namespace's workloads (a peer without a status, which holds a slot
-// if a workload carries a move record) are not kept: a workload can change
-// without its namespace changing.
+// peerMemo keeps each namespace's canary.PeerOf by what it was read from.
+// Every admission reads every other namespace as a peer, and a status is
+// JSON: at hundreds of opted-in namespaces, parsing each one again for
+// each reconcile made the work of one status change grow with the square
+// of their number. An entry is kept by the values PeerOf read, not by the
+// namespace's resourceVersion: a resourceVersion can come back with other
+// contents (an etcd restored without a revision bump, while a replica
+// keeps its caches; a fake clientset that does not bump it), and a slot
+// read from stale contents lets one more namespace start. Comparing the
+// strings costs little: an unchanged cached namespace hands back the same
+// strings, which compare by their pointers.
+//
+// An answer that read the namespace's workloads (a peer without a status,
+// or one whose status ended, which its workloads' move records may
+// contradict) is kept with the namespace's workload stamp
+// (workloadStamps): any change the informers deliver of one of its
+// Deployments, StatefulSets or DaemonSets reads the peer again. Caches
+// that keep no stamps keep no such answer. So is the target's resolution,
+// when PeerOf asked for it: a tag repointed reads the peer again.
 type peerMemo struct {
 	mu      sync.Mutex
 	entries map[string]peerEntry
@@ -29,8 +34,22 @@ type peerMemo struct {
 
 type peerEntry struct {
 	read peerInput
-	peer canary.Peer
-	ok   bool
+	// resolver says whether PeerOf was given a resolve function, and
+	// resolved is the target's resolution it read; nil when it read none.
+	resolver bool
+	resolved *resolution
+	// readWorkloads says whether PeerOf read the workloads, and stamp is
+	// the namespace's workload stamp from before it read them.
+	readWorkloads bool
+	stamp         uint64
+	peer          canary.Peer
+	ok            bool
+}
+
+// resolution is one answer of a resolve function.
+type resolution struct {
+	name, rev string
+	ok        bool
 }
 
 // peerInput is what canary.PeerOf reads of a namespace's annotations.
@@ -47,29 +66,72 @@ func peerInputOf(annotations map[string]string) peerInput {
 	return in
 }
 
-// of returns ns as a peer, reading its workloads through movedOnRecord
-// only when its annotations do not settle it.
-func (m *peerMemo) of(ns *corev1.Namespace, movedOnRecord func() bool) (canary.Peer, bool) {
+// of returns ns as a peer. resolve resolves its target (nil reads the
+// status's own revision); workloads lists its workloads, only when its
+// annotations do not settle the answer; stamp is its workload stamp, ok
+// false when none is kept.
+func (m *peerMemo) of(ns *corev1.Namespace, resolve func(string) (string, bool), workloads func() ([]canary.Workload, error), stamp func() (uint64, bool)) (canary.Peer, bool) {
 	in := peerInputOf(ns.Annotations)
 	m.mu.Lock()
 	e, hit := m.entries[ns.Name]
 	m.mu.Unlock()
-	if hit && e.read == in {
+	if hit && e.read == in && e.stillResolves(resolve) && e.sameWorkloads(stamp) {
 		return e.peer, e.ok
 	}
-	asked := false
-	p, ok := canary.PeerOf(ns.Name, ns.Annotations, func() bool { asked = true; return movedOnRecord() })
+	// The stamp is read before the workloads: a change the cache shows
+	// while they are read stamps the namespace anew, after it.
+	next := peerEntry{read: in, resolver: resolve != nil}
+	stamped := false
+	next.stamp, stamped = stamp()
+	failed := false
+	resolveRead := resolve
+	if resolve != nil {
+		resolveRead = func(name string) (string, bool) {
+			rev, ok := resolve(name)
+			next.resolved = &resolution{name: name, rev: rev, ok: ok}
+			return rev, ok
+		}
+	}
+	next.peer, next.ok = canary.PeerOf(ns.Name, ns.Annotations, resolveRead, func() ([]canary.Workload, error) {
+		next.readWorkloads = true
+		ws, err := workloads()
+		failed = err != nil
+		return ws, err
+	})
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.entries == nil {
 		m.entries = map[string]peerEntry{}
 	}
-	if asked {
+	if failed || next.readWorkloads && !stamped {
 		delete(m.entries, ns.Name)
 	} else {
-		m.entries[ns.Name] = peerEntry{read: in, peer: p, ok: ok}
+		m.entries[ns.Name] = next
 	}
-	return p, ok
+	return next.peer, next.ok
+}
+
+// stillResolves reports whether the target resolves as it did when e was
+// read.
+func (e peerEntry) stillResolves(resolve func(string) (string, bool)) bool {
+	if e.resolver != (resolve != nil) {
+		return false
+	}
+	if e.resolved == nil {
+		return true
+	}
+	rev, ok := resolve(e.resolved.name)
+	return rev == e.resolved.rev && ok == e.resolved.ok
+}
+
+// sameWorkloads reports whether the namespace's workloads are as they were
+// when e was read.
+func (e peerEntry) sameWorkloads(stamp func() (uint64, bool)) bool {
+	if !e.readWorkloads {
+		return true
+	}
+	now, ok := stamp()
+	return ok && now == e.stamp
 }
 
 // keepOnly forgets the namespaces not in names: those deleted.
@@ -88,4 +150,54 @@ func (m *peerMemo) size() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return len(m.entries)
+}
+
+// workloadStamps stamps each namespace whenever the informers deliver a
+// change of one of its Deployments, StatefulSets or DaemonSets. A stamp is
+// drawn from one counter for all namespaces, so it never comes back: not
+// for a namespace deleted and created again, nor for one whose stamp was
+// forgotten (read as 0, which no change ever stamps).
+//
+// The informers call their handlers after their cache holds the change (a
+// handler's enqueued key always finds at least that version in the
+// lister), so a stamp read before reading the cache was drawn before any
+// change that cache read may miss: an answer kept with it is read again
+// once that change is delivered.
+type workloadStamps struct {
+	mu   sync.Mutex
+	next uint64
+	m    map[string]uint64
+}
+
+func newWorkloadStamps() *workloadStamps {
+	return &workloadStamps{m: map[string]uint64{}}
+}
+
+// stamp marks a change of a workload of ns.
+func (s *workloadStamps) stamp(ns string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.next++
+	s.m[ns] = s.next
+}
+
+// forget drops the stamp of ns, which no longer has workloads: an answer
+// kept with its last stamp is read again.
+func (s *workloadStamps) forget(ns string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.m, ns)
+}
+
+// of is the stamp of ns: 0 when it has none.
+func (s *workloadStamps) of(ns string) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[ns]
+}
+
+func (s *workloadStamps) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.m)
 }

@@ -1,14 +1,17 @@
 package agent
 
 import (
+	"errors"
 	"sort"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/meshwave/meshwave/canary"
 )
@@ -32,28 +35,40 @@ func encodedStatus(t *testing.T, phase canary.Phase) string {
 	return raw
 }
 
+// mesh126 resolves 1-26, 1-27 and the tag canary (to 1-26).
+var mesh126 = canary.Mesh{Revisions: map[string]canary.Revision{"1-26": {Name: "1-26"}, "1-27": {Name: "1-27"}}, Tags: map[string]string{"canary": "1-26"}}
+
+// noWorkloads is a namespace without workloads.
+func noWorkloads() ([]canary.Workload, error) { return nil, nil }
+
+// stamped is a namespace whose workloads never change.
+func stamped() (uint64, bool) { return 1, true }
+
 func TestThePeerMemoReadsANamespaceAgainWhenItChanges(t *testing.T) {
 	var m peerMemo
-	never := func() bool { t.Fatal("a namespace with a status needs no workloads"); return false }
+	never := func() ([]canary.Workload, error) {
+		t.Fatal("a namespace migrating needs no workloads")
+		return nil, nil
+	}
 	migrating := encodedStatus(t, canary.PhaseMigrating)
 	ns := peerNamespace("shop", "10", map[string]string{canary.AnnotationTargetRevision: "1-26", canary.AnnotationStatus: migrating})
-	p, ok := m.of(ns, never)
+	p, ok := m.of(ns, mesh126.Resolve, never, stamped)
 	assert.True(t, ok)
 	assert.Equal(t, canary.Peer{Name: "shop", Priority: 100, Phase: canary.PhaseMigrating, HoldsSlot: true}, p)
 
 	// The same annotations give the same answer, whatever the
 	// resourceVersion and the other annotations.
-	p, _ = m.of(peerNamespace("shop", "11", map[string]string{canary.AnnotationTargetRevision: "1-26", canary.AnnotationStatus: migrating, "team": "payments"}), never)
+	p, _ = m.of(peerNamespace("shop", "11", map[string]string{canary.AnnotationTargetRevision: "1-26", canary.AnnotationStatus: migrating, "team": "payments"}), mesh126.Resolve, never, stamped)
 	assert.True(t, p.HoldsSlot)
 	assert.Equal(t, 1, m.size())
 
 	// Other annotations are read again.
 	completed := encodedStatus(t, canary.PhaseCompleted)
-	p, _ = m.of(peerNamespace("shop", "12", map[string]string{canary.AnnotationTargetRevision: "1-26", canary.AnnotationStatus: completed}), never)
+	p, _ = m.of(peerNamespace("shop", "12", map[string]string{canary.AnnotationTargetRevision: "1-26", canary.AnnotationStatus: completed}), mesh126.Resolve, noWorkloads, stamped)
 	assert.Equal(t, canary.Peer{Name: "shop", Priority: 100, Phase: canary.PhaseCompleted}, p)
-	p, _ = m.of(peerNamespace("shop", "13", map[string]string{canary.AnnotationTargetRevision: "1-26", canary.AnnotationStatus: completed, canary.AnnotationPriority: "5"}), never)
+	p, _ = m.of(peerNamespace("shop", "13", map[string]string{canary.AnnotationTargetRevision: "1-26", canary.AnnotationStatus: completed, canary.AnnotationPriority: "5"}), mesh126.Resolve, noWorkloads, stamped)
 	assert.Equal(t, canary.Peer{Name: "shop", Priority: 5, Phase: canary.PhaseCompleted}, p)
-	p, _ = m.of(peerNamespace("shop", "14", map[string]string{canary.AnnotationTargetRevision: "1-27", canary.AnnotationStatus: completed, canary.AnnotationPriority: "5"}), never)
+	p, _ = m.of(peerNamespace("shop", "14", map[string]string{canary.AnnotationTargetRevision: "1-27", canary.AnnotationStatus: completed, canary.AnnotationPriority: "5"}), mesh126.Resolve, never, stamped)
 	assert.Equal(t, canary.Peer{Name: "shop", Priority: 5, Phase: canary.PhasePending}, p, "a target changed after completion waits for a slot")
 }
 
@@ -63,42 +78,132 @@ func TestThePeerMemoReadsANamespaceAgainWhenItChanges(t *testing.T) {
 // other contents at (so does a fake clientset, which does not bump it).
 func TestThePeerMemoReadsANamespaceAgainAtAResourceVersionItHasSeen(t *testing.T) {
 	var m peerMemo
-	never := func() bool { t.Fatal("a namespace with a status needs no workloads"); return false }
 	completed := encodedStatus(t, canary.PhaseCompleted)
-	p, _ := m.of(peerNamespace("shop", "150", map[string]string{canary.AnnotationTargetRevision: "1-26", canary.AnnotationStatus: completed}), never)
+	p, _ := m.of(peerNamespace("shop", "150", map[string]string{canary.AnnotationTargetRevision: "1-26", canary.AnnotationStatus: completed}), mesh126.Resolve, noWorkloads, stamped)
 	assert.False(t, p.HoldsSlot)
 
 	migrating := encodedStatus(t, canary.PhaseMigrating)
-	p, _ = m.of(peerNamespace("shop", "150", map[string]string{canary.AnnotationTargetRevision: "1-26", canary.AnnotationStatus: migrating}), never)
+	p, _ = m.of(peerNamespace("shop", "150", map[string]string{canary.AnnotationTargetRevision: "1-26", canary.AnnotationStatus: migrating}), mesh126.Resolve, noWorkloads, stamped)
 	assert.True(t, p.HoldsSlot, "shop migrates at a resourceVersion it was once read Completed at")
 
 	// Without a resourceVersion at all, as a test's objects may be.
-	p, _ = m.of(peerNamespace("shop", "", map[string]string{canary.AnnotationTargetRevision: "1-26", canary.AnnotationStatus: completed}), never)
+	p, _ = m.of(peerNamespace("shop", "", map[string]string{canary.AnnotationTargetRevision: "1-26", canary.AnnotationStatus: completed}), mesh126.Resolve, noWorkloads, stamped)
 	assert.False(t, p.HoldsSlot)
-	p, _ = m.of(peerNamespace("shop", "", map[string]string{canary.AnnotationTargetRevision: "1-26", canary.AnnotationStatus: "{"}), never)
+	p, _ = m.of(peerNamespace("shop", "", map[string]string{canary.AnnotationTargetRevision: "1-26", canary.AnnotationStatus: "{"}), mesh126.Resolve, noWorkloads, stamped)
 	assert.True(t, p.HoldsSlot, "an unreadable status holds a slot")
 }
 
-func TestThePeerMemoNeverKeepsAnAnswerReadFromWorkloads(t *testing.T) {
+// recorded is a Deployment of shop carrying a move record of migration
+// 1-26 started at the given time, or none when started is zero.
+func recorded(name string, started time.Time) *appsv1.Deployment {
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop", Annotations: map[string]string{}}}
+	if !started.IsZero() {
+		r := canary.MoveRecord{Revision: "1-26", From: "1-25", Wave: 1, At: started, Migration: canary.MigrationID("1-26", started)}
+		d.Annotations[canary.AnnotationMove] = r.Encode()
+	}
+	return d
+}
+
+func asWorkloads(deps ...*appsv1.Deployment) []canary.Workload {
+	var out []canary.Workload
+	for _, d := range deps {
+		out = append(out, workloadOf(d))
+	}
+	return out
+}
+
+// A peer whose answer its workloads settle (no status; a status that
+// ended, which newer move records may contradict) is read again whenever
+// its namespace's workloads are stamped, and not otherwise.
+func TestThePeerMemoReadsAPeerAgainWhenItsWorkloadsChange(t *testing.T) {
 	var m peerMemo
-	ns := peerNamespace("shop", "10", map[string]string{canary.AnnotationTargetRevision: "1-26"})
-	moved := false
-	asked := 0
-	onRecord := func() bool { asked++; return moved }
-	p, _ := m.of(ns, onRecord)
-	assert.False(t, p.HoldsSlot)
+	stamps := newWorkloadStamps()
+	stamps.stamp("shop")
+	deps := []*appsv1.Deployment{recorded("a", time.Time{})}
+	lists := 0
+	workloads := func() ([]canary.Workload, error) { lists++; return asWorkloads(deps...), nil }
+	stamp := func() (uint64, bool) { return stamps.of("shop"), true }
+	read := func(annotations map[string]string) canary.Peer {
+		t.Helper()
+		p, ok := m.of(peerNamespace("shop", "10", annotations), mesh126.Resolve, workloads, stamp)
+		require.True(t, ok)
+		return p
+	}
+	optedIn := map[string]string{canary.AnnotationTargetRevision: "1-26"}
+	assert.False(t, read(optedIn).HoldsSlot)
+	assert.False(t, read(optedIn).HoldsSlot)
+	assert.Equal(t, 1, lists, "nothing changed: the kept answer")
+
 	// A workload gains a move record; the namespace does not change.
-	moved = true
-	p, _ = m.of(ns, onRecord)
-	assert.True(t, p.HoldsSlot, "a namespace without a status holds a slot once a workload carries a move record")
-	assert.Equal(t, 2, asked)
+	deps = []*appsv1.Deployment{recorded("a", time.Date(2026, 11, 30, 13, 0, 0, 0, time.UTC))}
+	stamps.stamp("shop")
+	assert.True(t, read(optedIn).HoldsSlot, "a namespace without a status holds a slot once a workload carries a move record")
+
+	// A status that ended at 12:00, under the records of the migration
+	// that started at 13:00, holds the slot until shop adopts them.
+	ended := map[string]string{canary.AnnotationTargetRevision: "1-26", canary.AnnotationStatus: encodedStatus(t, canary.PhaseCompleted)}
+	assert.Equal(t, canary.Peer{Name: "shop", Priority: 100, Phase: canary.PhaseCompleted, HoldsSlot: true}, read(ended))
+	// The records of its own migration agree with it.
+	deps = []*appsv1.Deployment{recorded("a", time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))}
+	stamps.stamp("shop")
+	assert.False(t, read(ended).HoldsSlot)
+	// A workload added is read too; so is the namespace left without one,
+	// its stamp forgotten.
+	deps = append(deps, recorded("b", time.Date(2026, 11, 30, 13, 0, 0, 0, time.UTC)))
+	stamps.stamp("shop")
+	assert.True(t, read(ended).HoldsSlot)
+	deps = nil
+	stamps.forget("shop")
+	assert.False(t, read(ended).HoldsSlot)
+	assert.Equal(t, 1, m.size())
+
+	// Caches that keep no stamps keep no answer read from workloads.
+	lists = 0
+	unstamped := func() (uint64, bool) { return 0, false }
+	for range 2 {
+		_, _ = m.of(peerNamespace("shop", "10", ended), mesh126.Resolve, workloads, unstamped)
+	}
+	assert.Equal(t, 2, lists)
+	assert.Zero(t, m.size())
+}
+
+// The records a status is checked against are those of the revision its
+// target resolves to now: a tag repointed since is read again.
+func TestThePeerMemoReadsAPeerAgainWhenItsTagIsRepointed(t *testing.T) {
+	var m peerMemo
+	started := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	st := &canary.Status{Phase: canary.PhaseCompleted, Target: "canary", TargetRevision: "1-26", SourceLabel: "1-25", SourceRevision: "1-25",
+		Wave: 1, TotalWaves: 1, StartedAt: &started, WaveStartedAt: &started, CompletedAt: &started}
+	raw, err := st.Encode()
+	require.NoError(t, err)
+	later := time.Date(2026, 11, 30, 13, 0, 0, 0, time.UTC)
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "shop", Annotations: map[string]string{
+		canary.AnnotationMove: (&canary.MoveRecord{Revision: "1-27", From: "1-25", Wave: 1, At: later, Migration: canary.MigrationID("1-27", later)}).Encode()}}}
+	workloads := func() ([]canary.Workload, error) { return asWorkloads(d), nil }
+	ns := peerNamespace("shop", "10", map[string]string{canary.AnnotationTargetRevision: "canary", canary.AnnotationStatus: raw})
+	p, _ := m.of(ns, mesh126.Resolve, workloads, stamped)
+	assert.False(t, p.HoldsSlot, "canary is 1-26: the records of 1-27 are another migration's")
+	repointed := canary.Mesh{Revisions: mesh126.Revisions, Tags: map[string]string{"canary": "1-27"}}
+	p, _ = m.of(ns, repointed.Resolve, workloads, stamped)
+	assert.True(t, p.HoldsSlot, "canary is 1-27 now: shop adopts the newer migration to it")
+	p, _ = m.of(ns, nil, workloads, stamped)
+	assert.False(t, p.HoldsSlot, "read without a resolver: the status's own revision, never an answer kept with one")
+}
+
+// A namespace whose workloads cannot be listed holds its slot, and the
+// answer is not kept.
+func TestThePeerMemoKeepsNoAnswerWhenTheWorkloadsCannotBeRead(t *testing.T) {
+	var m peerMemo
+	p, _ := m.of(peerNamespace("shop", "10", map[string]string{canary.AnnotationTargetRevision: "1-26"}), mesh126.Resolve,
+		func() ([]canary.Workload, error) { return nil, errors.New("not synced") }, stamped)
+	assert.True(t, p.HoldsSlot)
 	assert.Zero(t, m.size())
 }
 
 func TestThePeerMemoForgetsDeletedNamespaces(t *testing.T) {
 	var m peerMemo
 	for _, name := range []string{"a", "b", "c"} {
-		m.of(peerNamespace(name, "1", map[string]string{canary.AnnotationTargetRevision: "1-26", canary.AnnotationStatus: encodedStatus(t, canary.PhaseCompleted)}), nil)
+		m.of(peerNamespace(name, "1", map[string]string{canary.AnnotationTargetRevision: "1-26", canary.AnnotationStatus: encodedStatus(t, canary.PhaseCompleted)}), mesh126.Resolve, noWorkloads, stamped)
 	}
 	assert.Equal(t, 3, m.size())
 	m.keepOnly(map[string]bool{"b": true})
@@ -156,4 +261,35 @@ func TestAStatusWriteWakesOnlyTheNamespacesWaitingForASlot(t *testing.T) {
 	sort.Strings(woken)
 	// shop: opted in with no status (objects()).
 	assert.Equal(t, []string{"migrating", "new", "shop", "waiting"}, woken)
+}
+
+// The informers stamp a namespace on every change of its workloads, so the
+// peer read from them follows the cache: a move record of a newer
+// migration arriving under an ended status takes the slot, and the
+// namespace left without workloads loses its stamp.
+func TestAPeerFollowsItsWorkloadsInTheCache(t *testing.T) {
+	a := recorded("a", time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	shop := peerNamespace("shop", "", map[string]string{canary.AnnotationTargetRevision: "1-26", canary.AnnotationStatus: encodedStatus(t, canary.PhaseCompleted)})
+	client := fake.NewClientset(shop, a)
+	c := NewCaches(client, 0, nil)
+	ctx := startCaches(t, c)
+	peer := func() canary.Peer {
+		ns, err := c.Namespaces.Get("shop")
+		require.NoError(t, err)
+		p, ok := c.peerOf(ns, mesh126.Resolve)
+		require.True(t, ok)
+		return p
+	}
+	assert.Equal(t, canary.Peer{Name: "shop", Priority: 100, Phase: canary.PhaseCompleted}, peer())
+	require.NotZero(t, c.stamps.of("shop"))
+
+	newer := recorded("a", time.Date(2026, 11, 30, 13, 0, 0, 0, time.UTC))
+	_, err := client.AppsV1().Deployments("shop").Update(ctx, newer, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return peer().HoldsSlot }, 5*time.Second, 10*time.Millisecond)
+
+	require.NoError(t, client.AppsV1().Deployments("shop").Delete(ctx, "a", metav1.DeleteOptions{}))
+	require.Eventually(t, func() bool { return !peer().HoldsSlot }, 5*time.Second, 10*time.Millisecond)
+	assert.Zero(t, c.stamps.of("shop"))
+	assert.Zero(t, c.stamps.len())
 }

@@ -13,28 +13,56 @@ import (
 // when it does not. The agent serialises only the decisions that read the
 // peers (Snapshot.ReadPeers), so any other start escapes both the priority
 // order and the concurrency limit. Two starts go without admission by
-// design, and are let through (a third, a known gap, is named below):
+// design, and are let through:
 //   - a rollback: it always runs (README, maintenance windows);
-//   - the adoption of a migration whose status is missing or unreadable:
-//     its peers already count it as holding its slot (PeerOf).
+//   - the adoption of a migration from its move records, when the status
+//     is missing, unreadable, or contradicted by the records (an ended
+//     status restored over a newer migration's): only while its peers
+//     already count it as holding its slot (PeerOf, read from in).
 func slotTakenUnadmitted(in Input, d Decision, reads int) string {
 	if d.Status == nil || !TakesSlot(in.Status, d.Status) || reads > 0 {
 		return ""
 	}
-	if d.Status.Phase == PhaseRollingBack || in.Status == nil {
+	if d.Status.Phase == PhaseRollingBack {
 		return ""
 	}
-	if terminal(in.Status.Phase) && hasEvent(d, "StatusAdopted") {
-		// Not admitted either, and a gap: a status that ended, restored
-		// over the records of a newer migration (a GitOps re-sync of an
-		// old copy), counts as holding no slot to its peers (PeerOf reads
-		// only the annotations) while the namespace is half-way. It was
-		// so before the agent read the peers on demand: the lock never
-		// made this path ask Admit.
-		return ""
+	if in.Status == nil || hasEvent(d, "StatusAdopted") {
+		if peerOf(in).HoldsSlot {
+			return ""
+		}
+		return fmt.Sprintf("%s at wave %d adopted over %s without admission, while its peers read it as holding no slot: %v", d.Status.Phase, d.Status.Wave, describeStatus(in.Status), d.Events)
 	}
 	return fmt.Sprintf("%s at wave %d (%s) took a slot over %s at wave %d (blocked phase %q) without reading its peers: %s",
 		d.Status.Phase, d.Status.Wave, d.Status.WaveState, in.Status.Phase, in.Status.Wave, in.Status.BlockedPhase, d.Status.Reason)
+}
+
+// peerOf is the namespace of in as its peers read it: its annotations, the
+// status as in holds it, and its workloads.
+func peerOf(in Input) Peer {
+	annotations := map[string]string{}
+	for k, v := range in.Snapshot.Namespace.Annotations {
+		annotations[k] = v
+	}
+	delete(annotations, AnnotationStatus)
+	switch {
+	case in.StatusErr != nil:
+		annotations[AnnotationStatus] = "{unreadable"
+	case in.Status != nil:
+		raw, err := in.Status.Encode()
+		if err != nil {
+			panic(err)
+		}
+		annotations[AnnotationStatus] = raw
+	}
+	p, _ := PeerOf(in.Snapshot.Namespace.Name, annotations, in.Snapshot.Mesh.Resolve, func() ([]Workload, error) { return in.Snapshot.Workloads, nil })
+	return p
+}
+
+func describeStatus(st *Status) string {
+	if st == nil {
+		return "no status"
+	}
+	return fmt.Sprintf("%s at wave %d", st.Phase, st.Wave)
 }
 
 // requireAdmitted fails t when a decision read its peers more than once,

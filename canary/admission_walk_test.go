@@ -57,16 +57,34 @@ func walkAdmission(t *testing.T, seed int64) {
 		case 7:
 			if w, ok := WaveToVerify(s.snap, s.status, s.cfg); ok && len(w.Workloads) > 0 {
 				s.step(failRollout(w.Workloads[rnd.Intn(len(w.Workloads))].Name, "did not roll out"))
+				requireNoPhantomSlot(t, s)
 			}
 		default:
 			s.now = s.now.Add(time.Duration(rnd.Intn(90)) * time.Second)
 			s.step(s.gates())
+			requireNoPhantomSlot(t, s)
 		}
 		if s.status != nil {
 			raw, err := s.status.Encode()
 			require.NoError(t, err)
 			history = append(history, raw)
 		}
+	}
+}
+
+// requireNoPhantomSlot fails t when the namespace's peers read it as
+// holding a slot its status does not hold once a decision has run: such a
+// hold (PeerOf, for a status its records contradict) lasts only until the
+// namespace's own decision adopts the records, and a hold no decision
+// ends would keep every other namespace waiting.
+func requireNoPhantomSlot(t *testing.T, s *sim) {
+	t.Helper()
+	if s.raw != nil || s.status == nil || s.status.HoldsSlot() {
+		return // not decided since it was edited, or the status says so
+	}
+	in := Input{Snapshot: s.snap, Status: s.status}
+	if peerOf(in).HoldsSlot {
+		t.Fatalf("after a decision, %s at wave %d holds no slot, but its peers read it as holding one", s.status.Phase, s.status.Wave)
 	}
 }
 

@@ -163,7 +163,7 @@ func TestANamespacePausedBeforeItsFirstWaveHoldsNoSlot(t *testing.T) {
 	assert.Empty(t, d.Moves)
 	assert.False(t, d.Status.HoldsSlot())
 	raw, _ := d.Status.Encode()
-	peer, ok := PeerOf("shop", map[string]string{AnnotationTargetRevision: "1-26", AnnotationStatus: raw}, nil)
+	peer, ok := PeerOf("shop", map[string]string{AnnotationTargetRevision: "1-26", AnnotationStatus: raw}, nil, nil)
 	require.True(t, ok)
 	ok, why := Admit(Peer{Name: "blog", Priority: 100}, []Peer{peer}, 1)
 	assert.True(t, ok, why)
@@ -485,7 +485,7 @@ func TestAWaveHoldsAtMost500Workloads(t *testing.T) {
 }
 
 func TestAnUnreadableStatusHoldsItsSlot(t *testing.T) {
-	p, ok := PeerOf("shop", map[string]string{AnnotationTargetRevision: "1-26", AnnotationStatus: `{"phase":`}, nil)
+	p, ok := PeerOf("shop", map[string]string{AnnotationTargetRevision: "1-26", AnnotationStatus: `{"phase":`}, nil, nil)
 	require.True(t, ok)
 	assert.True(t, p.HoldsSlot, "shop may be half-way through a migration")
 	admitted, why := Admit(Peer{Name: "blog", Priority: 100}, []Peer{p}, 1)

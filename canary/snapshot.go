@@ -2,6 +2,7 @@ package canary
 
 import (
 	"encoding/json"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -178,11 +179,22 @@ type Peer struct {
 // PeerOf reads another namespace's place in the queue from its
 // annotations; ok is false when it has not opted in. A namespace with a
 // status about another target waits as Pending, and so does one with no
-// status and no move records (movedOnRecord: any of its Deployments
-// carries one). One whose status cannot be read, or is gone while its
-// Deployments carry move records, may be half-way through a migration: it
-// holds its slot until its own reconcile has rebuilt the status.
-func PeerOf(name string, annotations map[string]string, movedOnRecord func() bool) (Peer, bool) {
+// status and no move records.
+//
+// A peer holds its slot, besides while its status says so, whenever it may
+// be half-way through a migration its own next reconcile continues without
+// asking Admit (adoption never does): its status cannot be read; it is
+// gone while its workloads carry move records; or the records contradict
+// the status it has (a status of a migration that ended, restored over the
+// records of a newer one), as the namespace's own decision reads them
+// (recordConflict, with the target resolved by resolve), so that it holds
+// its slot exactly until that decision has rebuilt the status. A nil
+// resolve reads the status's own target revision. workloads returns the
+// namespace's workloads (their names, Paused, and annotations or Facts are
+// read); it is called only when the annotations do not settle the answer,
+// and a namespace whose workloads cannot be read holds its slot: the
+// careful answer.
+func PeerOf(name string, annotations map[string]string, resolve func(string) (string, bool), workloads func() ([]Workload, error)) (Peer, bool) {
 	if _, ok := annotations[AnnotationTargetRevision]; !ok {
 		return Peer{}, false
 	}
@@ -192,12 +204,47 @@ func PeerOf(name string, annotations map[string]string, movedOnRecord func() boo
 	switch {
 	case err != nil:
 		p.HoldsSlot = true
-	case !ok && movedOnRecord != nil && movedOnRecord():
-		p.HoldsSlot = true
-	case ok && st.Target == settings.Target:
+	case !ok:
+		p.HoldsSlot = recordsSay(workloads, func(set workloadSet) bool {
+			return slices.ContainsFunc(set, func(w parsedWorkload) bool { return w.record != nil })
+		})
+	case st.Target == settings.Target:
 		p.Phase, p.HoldsSlot = st.Phase, st.HoldsSlot()
+		if p.HoldsSlot || st.Phase == PhaseStopped {
+			break
+		}
+		// As the decision reads it: the target resolved now, unless a
+		// migration under way was to another revision (it starts again).
+		decided := *st
+		if resolve != nil {
+			rev, resolved := resolve(settings.Target)
+			if !resolved || st.TargetRevision != "" && st.TargetRevision != rev && !terminal(st.Phase) {
+				break
+			}
+			decided.TargetRevision = rev
+		}
+		if decided.MigrationID() != "" {
+			p.HoldsSlot = recordsSay(workloads, func(set workloadSet) bool {
+				_, why := recordConflict(set, &decided)
+				return why != ""
+			})
+		}
 	}
 	return p, true
+}
+
+// recordsSay parses the workloads and asks test of them: false when there
+// are none to read, true when they cannot be read.
+func recordsSay(workloads func() ([]Workload, error), test func(workloadSet) bool) bool {
+	if workloads == nil {
+		return false
+	}
+	ws, err := workloads()
+	if err != nil {
+		return true
+	}
+	set, _ := parseWorkloads(ws)
+	return test(set)
 }
 
 // sidecarStatus is the part of Istio's sidecar.istio.io/status meshwave reads.

@@ -139,6 +139,51 @@ func TestStateIntegrity(t *testing.T) {
 		assert.Equal(t, 1, counter.get("PATCH deployments "+ns+"/a"))
 	})
 
+	t.Run("an ended status restored over a newer migration holds its slot", func(t *testing.T) {
+		f := shared.For(t)
+		const ns, other = "restored", "restored-waits"
+		f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, nil).
+			Deployment(ns, "a", fixture.Replicas(1)).Deployment(ns, "b", fixture.Replicas(1)).Deployment(ns, "c", fixture.Replicas(1)).RolledOut(ns).
+			Namespace(other, map[string]string{mesh.LabelRev: "1-25"}, nil).Deployment(other, "x", fixture.Replicas(1)).RolledOut(other)
+		release := f.World.Cluster.Kubelet.HoldUnready(cluster.PodSelector{Namespace: ns, Labels: fixture.PodSelector(map[string]string{"app": "b"}), OnlyNew: true})
+		counter := newAPICounter()
+		cfg := testConfig(f)
+		cfg.BatchSize = 2
+		optIn(f, ns, "1-26", 10)
+		a := startAgent(t, f, cfg, counter, "agent-"+ns)
+		f.Eventually("wave 2 patched", func() (bool, string) {
+			r, ok := moveRecord(f, ns, "c")
+			return ok && r.Wave == 2, fmt.Sprint(r)
+		})
+		a.Kill()
+		started := *status(f, ns).StartedAt
+		// A stale copy of the namespace is applied again: its status says a
+		// migration to the same target completed a day ago. Then another
+		// namespace opts in, and an agent starts on both at once.
+		before := started.Add(-24 * time.Hour)
+		editStatus(f, ns, func(m map[string]any) {
+			for _, k := range []string{"waveState", "gatesSince", "nextWaveAt", "verdicts"} {
+				delete(m, k)
+			}
+			m["phase"], m["reason"] = "Completed", "moved 3 workloads to 1-26 in 2 waves"
+			m["startedAt"], m["waveStartedAt"] = before.Format(time.RFC3339), before.Format(time.RFC3339)
+			m["completedAt"] = before.Add(10 * time.Minute).Format(time.RFC3339)
+		})
+		optIn(f, other, "1-26", 20)
+		startAgent(t, f, cfg, counter, "agent-"+ns+"-again")
+		waitForEvent(f, "Namespace", "", ns, "StatusAdopted: the status disagrees with the Deployments' move records: the move records show migration "+canary.MigrationID("1-26", started)+", newer than the status's")
+		st := waitForPhase(f, other, canary.PhasePending, time.Minute)
+		assert.Equal(t, "waiting for a free slot: 1 of 1 in use by "+ns, st.Reason)
+		assert.Zero(t, counter.get("PATCH deployments "+other+"/x"), ns+" is half-way: "+other+" must wait")
+		release()
+		done := waitForPhase(f, ns, canary.PhaseCompleted, time.Minute)
+		assert.Equal(t, canary.MigrationID("1-26", started), done.MigrationID(), "the migration on record was continued")
+		st = waitForPhase(f, other, canary.PhaseCompleted, time.Minute)
+		assert.False(t, st.StartedAt.Before(*done.CompletedAt), "%s started at %s, before %s completed at %s (concurrency 1)", other, st.StartedAt, ns, done.CompletedAt)
+		assert.Equal(t, map[string]int{"PATCH deployments restored/a": 1, "PATCH deployments restored/b": 1, "PATCH deployments restored/c": 1,
+			"PATCH deployments restored-waits/x": 1}, counter.writes("PATCH deployments"))
+	})
+
 	t.Run("the revision label is put back while meshwave owns the namespace", func(t *testing.T) {
 		f := shared.For(t)
 		const ns = "relabel"
