@@ -81,3 +81,63 @@ func TestATagRepointedOverAnEndedNamespaceStartsNoMigrationBesideAnother(t *test
 	}
 	assert.Empty(t, moved, "restarted while blog holds the only slot")
 }
+
+// Invariant 8, the other way, against a hostile namespace owner: a hold
+// must end. (Not new with PeerOf's record check: a forged record was
+// adopted the same way before, and an unreadable status held its slot;
+// but the commit's premise that the hold "lasts exactly until that
+// decision has rebuilt the status" does not hold.)
+//
+// Scenario: shop completed. Its owner, who may edit its Deployments but
+// not the namespace, puts on a a move record of a "newer migration" in
+// wave 1000000 (a valid record: waves go up to maxWaves). PeerOf reads
+// shop as holding (the records contradict the status), and shop's decision
+// adopts: wave 1000000 of a migration with waves still to plan, so
+// totalWaves exceeds maxWaves and the status it writes does not read back.
+// The next decision finds it unreadable and adopts the same again; peers
+// read an unreadable status as holding. With concurrency 1 every other
+// namespace waits for good, and only a person who finds the record ends it.
+func TestAForgedMoveRecordDoesNotHoldTheSlotForever(t *testing.T) {
+	s := newSim(t, deploy("a"), deploy("b"), deploy("c"))
+	s.cfg.Sizes = WaveSizes{CanarySize: 1, BatchSize: 2}
+	s.playUntil(PhaseCompleted)
+	// A workload deployed since, on 1-25: it waits for the next migration.
+	s.snap.Workloads = append(s.snap.Workloads, deploy("d"))
+	s.now = s.now.Add(time.Hour)
+	forged := MoveRecord{Revision: "1-26", From: "1-25", Wave: maxWaves, At: s.now, Migration: MigrationID("1-26", s.now)}
+	s.snap.Workloads[0].Annotations[AnnotationMove] = forged.Encode()
+	_, ok := ReadMoveRecord(s.snap.Workloads[0].Annotations)
+	require.True(t, ok, "meshwave reads the forged record as its own")
+	require.True(t, peerOf(Input{Snapshot: s.snap, Status: s.status}).HoldsSlot)
+
+	// shop's decisions, as the agent makes and writes them (it writes
+	// the status it decided without reading it back).
+	raw, err := s.status.Encode()
+	require.NoError(t, err)
+	var unreadable error
+	for round := 0; round < 5; round++ {
+		in := Input{Snapshot: s.snap, Now: s.now, Config: s.cfg, WasOptedIn: true}
+		in.Status, _, in.StatusErr = ParseStatus(map[string]string{AnnotationStatus: raw})
+		in.Verdicts = gatesFor(s, in.Status)
+		d := Decide(in)
+		if d.Status != nil {
+			raw, err = d.Status.Encode()
+			require.NoError(t, err)
+		}
+		_, _, unreadable = ParseStatus(map[string]string{AnnotationStatus: raw})
+		t.Logf("round %d: writes %v; reads back: %v", round, d.Status != nil, unreadable)
+		s.now = s.now.Add(2 * time.Minute)
+	}
+	assert.NoError(t, unreadable, "the status shop's decisions keep writing")
+	p, _ := PeerOf("shop", map[string]string{AnnotationTargetRevision: "1-26", AnnotationStatus: raw}, s.snap.Mesh.Resolve, func() ([]Workload, error) { return s.snap.Workloads, nil })
+	ok, why := Admit(Peer{Name: "blog", Priority: DefaultPriority}, []Peer{p}, 1)
+	assert.True(t, ok, "after 5 decisions of shop, nothing of which moved anything: %s", why)
+}
+
+// gatesFor is sim.gates for the status st.
+func gatesFor(s *sim, st *Status) []Verdict {
+	kept := s.status
+	s.status = st
+	defer func() { s.status = kept }()
+	return s.gates()
+}
