@@ -78,8 +78,28 @@ func migrationsOnRecord(set workloadSet, targetRevision string) []migrationOnRec
 // the status's migration in a wave beyond the status's do not contradict
 // it: the plan judges them next (PlanNamespace), so a status that
 // regressed never lets them skip judgment.
-func recordConflict(set workloadSet, st *Status) (migrationOnRecord, string) {
+//
+// rev is the revision the namespace's target resolves to now ("" reads
+// st.TargetRevision). A status that ended keeps the revision its migration
+// went to; when its target (a tag) resolves elsewhere now, the status is
+// about another revision's migration and says nothing of this one's
+// records but when it started: only a migration to rev on record newer
+// than that contradicts it. Older records of rev (say, of a workload
+// skipped by the migrations since) are history, and adopting them would
+// start a migration nobody asked for, without admission.
+func recordConflict(set workloadSet, st *Status, rev string) (migrationOnRecord, string) {
 	if st == nil || st.MigrationID() == "" || st.Phase == PhaseStopped {
+		return migrationOnRecord{}, ""
+	}
+	if rev != "" && rev != st.TargetRevision {
+		if !terminal(st.Phase) {
+			return migrationOnRecord{}, "" // a migration to elsewhere starts over (TargetChanged)
+		}
+		for _, m := range migrationsOnRecord(set, rev) {
+			if m.StartedAt.After(*st.StartedAt) {
+				return m, fmt.Sprintf("the move records show migration %s, newer than the status's %s", m.ID, st.MigrationID())
+			}
+		}
 		return migrationOnRecord{}, ""
 	}
 	ms := migrationsOnRecord(set, st.TargetRevision)

@@ -200,7 +200,10 @@ type decider struct {
 	// inherited is the source label and revision of an unfinished
 	// migration this one replaces.
 	inherited *[2]string
-	out       Decision
+	// resolved is the revision the target resolves to now; "" when it
+	// does not resolve.
+	resolved string
+	out     Decision
 	// workloads are the snapshot's, each parsed once for this decision.
 	workloads workloadSet
 	planned   *NamespacePlan
@@ -235,7 +238,12 @@ func (d *decider) run() {
 			d.event("", EventWarning, "TargetChanged", fmt.Sprintf("%s now resolves to %s instead of %s; starting over", settings.Target, rev, d.st.TargetRevision))
 			d.st = d.freshStatus(prev, settings.Target)
 		}
-		d.st.TargetRevision = rev
+		d.resolved = rev
+		if !terminal(d.st.Phase) || d.st.TargetRevision == "" {
+			// A status that ended keeps the revision its migration went
+			// to: its records are of that revision's migration.
+			d.st.TargetRevision = rev
+		}
 		adopted = d.adoptIfNeeded()
 	}
 	if len(errs) > 0 {
@@ -331,7 +339,8 @@ func (d *decider) adoptIfNeeded() bool {
 		}
 		return false
 	}
-	if m, why := recordConflict(d.workloads, d.st); why != "" {
+	if m, why := recordConflict(d.workloads, d.st, d.resolved); why != "" {
+		d.st.TargetRevision = d.resolved
 		d.adoptRecords(m, EventWarning, "StatusAdopted", "the status disagrees with the Deployments' move records: "+why)
 		return true
 	}
@@ -1135,6 +1144,13 @@ func (d *decider) betweenWaves() {
 	if d.plan().Remaining() > 0 && d.waitForWindow(fmt.Sprintf("wave %d", st.Wave+1)) {
 		return
 	}
+	if st.Wave >= maxWaves && d.plan().Remaining() > 0 {
+		// A migration adopted from a move record of the last wave a status
+		// holds (a record meshwave never wrote: no migration has a million
+		// waves) cannot go on, and must not be tried again and again.
+		d.pause(fmt.Sprintf("wave %d not started: a status holds at most %d waves, and the move records put this migration at wave %d; check the workloads' %s records", st.Wave+1, maxWaves, st.Wave, AnnotationMove))
+		return
+	}
 	// The previous wave is done: its failures stay counted, and the plan
 	// no longer needs to leave its members out.
 	st.PastFailed += d.countMembers(StateFailed)
@@ -1657,7 +1673,9 @@ func (d *decider) summarize(prev *Status) {
 	case st.Phase == PhaseCompleted || st.Phase == PhaseRolledBack || st.Phase == PhaseStopped:
 		st.TotalWaves = st.Wave
 	default:
-		st.TotalWaves = st.Wave + len(p.Waves)
+		// Never past the bound a status reads back within: only a record
+		// meshwave did not write names a wave near it (betweenWaves).
+		st.TotalWaves = min(st.Wave+len(p.Waves), maxWaves)
 	}
 	if !st.Equal(prev) {
 		st.Unmovable = fresh

@@ -215,17 +215,19 @@ func PeerOf(name string, annotations map[string]string, resolve func(string) (st
 		}
 		// As the decision reads it: the target resolved now, unless a
 		// migration under way was to another revision (it starts again).
-		decided := *st
+		decided, rev := *st, ""
 		if resolve != nil {
-			rev, resolved := resolve(settings.Target)
-			if !resolved || st.TargetRevision != "" && st.TargetRevision != rev && !terminal(st.Phase) {
+			var resolved bool
+			if rev, resolved = resolve(settings.Target); !resolved {
 				break
 			}
-			decided.TargetRevision = rev
+			if decided.TargetRevision == "" {
+				decided.TargetRevision = rev
+			}
 		}
 		if decided.MigrationID() != "" {
 			p.HoldsSlot = recordsSay(workloads, func(set workloadSet) bool {
-				_, why := recordConflict(set, &decided)
+				_, why := recordConflict(set, &decided, rev)
 				return why != ""
 			})
 		}
