@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"maps"
 	"time"
 
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
@@ -10,7 +11,6 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -101,39 +101,44 @@ func NewCaches(client kubernetes.Interface, resync time.Duration, persist []stri
 	for _, name := range []string{"deployments", "statefulsets", "daemonsets"} {
 		// An informer not started yet never fails to take a handler.
 		_, _ = c.informers[name].AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    c.stampWorkload,
-			UpdateFunc: func(_, obj any) { c.stampWorkload(obj) },
-			DeleteFunc: c.workloadGone,
+			AddFunc: func(obj any) { c.stamps.added(namespaceOf(obj)) },
+			UpdateFunc: func(old, obj any) {
+				if stampsOnUpdate(old, obj) {
+					c.stamps.changed(namespaceOf(obj))
+				}
+			},
+			DeleteFunc: func(obj any) { c.stamps.deleted(namespaceOf(obj)) },
 		})
 	}
 	return c
 }
 
-// stampWorkload stamps the namespace of a workload that changed.
-func (c *Caches) stampWorkload(obj any) {
-	if m, err := meta.Accessor(obj); err == nil {
-		c.stamps.stamp(m.GetNamespace())
-	}
-}
-
-// workloadGone stamps the namespace of a workload deleted, and forgets the
-// stamp of a namespace left without any.
-func (c *Caches) workloadGone(obj any) {
+// namespaceOf is the namespace of an object or of a deletion's tombstone.
+func namespaceOf(obj any) string {
 	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
 	if err != nil {
-		return
+		return ""
 	}
-	ns, _, err := cache.SplitMetaNamespaceKey(key)
-	if err != nil {
-		return
+	ns, _, _ := cache.SplitMetaNamespaceKey(key)
+	return ns
+}
+
+// stampsOnUpdate reports whether an update changes what a peer's records
+// are read from (Caches.recordsOf, canary.PeerOf): its annotations (the
+// move record, the skip) and whether a Deployment is paused. A rollout's
+// status updates, and resyncs, do not.
+func stampsOnUpdate(old, obj any) bool {
+	o, err1 := meta.Accessor(old)
+	n, err2 := meta.Accessor(obj)
+	if err1 != nil || err2 != nil {
+		return true
 	}
-	c.stamps.stamp(ns)
-	deps, err1 := c.Deployments.Deployments(ns).List(labels.Everything())
-	stss, err2 := c.StatefulSets.StatefulSets(ns).List(labels.Everything())
-	dss, err3 := c.DaemonSets.DaemonSets(ns).List(labels.Everything())
-	if err1 == nil && err2 == nil && err3 == nil && len(deps)+len(stss)+len(dss) == 0 {
-		c.stamps.forget(ns)
+	if !maps.Equal(o.GetAnnotations(), n.GetAnnotations()) {
+		return true
 	}
+	od, ok1 := old.(*appsv1.Deployment)
+	nd, ok2 := obj.(*appsv1.Deployment)
+	return ok1 != ok2 || ok1 && od.Spec.Paused != nd.Spec.Paused
 }
 
 // jobsResource is batch/v1 Jobs.

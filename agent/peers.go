@@ -25,7 +25,7 @@ import (
 // contradict) is kept with the namespace's workload stamp
 // (workloadStamps): any change the informers deliver of one of its
 // Deployments, StatefulSets or DaemonSets reads the peer again. Caches
-// that keep no stamps keep no such answer. So is the target's resolution,
+// that keep no stamps, and a namespace without one, keep no such answer. So is the target's resolution,
 // when PeerOf asked for it: a tag repointed reads the peer again.
 type peerMemo struct {
 	mu      sync.Mutex
@@ -103,7 +103,7 @@ func (m *peerMemo) of(ns *corev1.Namespace, resolve func(string) (string, bool),
 	if m.entries == nil {
 		m.entries = map[string]peerEntry{}
 	}
-	if failed || next.readWorkloads && !stamped {
+	if failed || next.readWorkloads && (!stamped || next.stamp == 0) {
 		delete(m.entries, ns.Name)
 	} else {
 		m.entries[ns.Name] = next
@@ -153,47 +153,67 @@ func (m *peerMemo) size() int {
 }
 
 // workloadStamps stamps each namespace whenever the informers deliver a
-// change of one of its Deployments, StatefulSets or DaemonSets. A stamp is
-// drawn from one counter for all namespaces, so it never comes back: not
-// for a namespace deleted and created again, nor for one whose stamp was
-// forgotten (read as 0, which no change ever stamps).
+// change of what its peers' records are read from, of one of its
+// Deployments, StatefulSets or DaemonSets (stampsOnUpdate). A stamp is
+// drawn from one counter for all namespaces, so it never comes back, and
+// 0 is no stamp: a namespace without workloads has none (it is dropped
+// with its last workload), and none before its first add is delivered. An
+// answer read at stamp 0 is never kept: the informers call their handlers
+// after their cache holds a change, so a namespace can show workloads that
+// no handler has stamped yet, and a stamp dropped and drawn again must not
+// find an answer kept from before.
 //
-// The informers call their handlers after their cache holds the change (a
+// Because each handler is called after its cache holds the change (a
 // handler's enqueued key always finds at least that version in the
-// lister), so a stamp read before reading the cache was drawn before any
-// change that cache read may miss: an answer kept with it is read again
-// once that change is delivered.
+// lister), a stamp read before reading the cache was drawn before any
+// change that read may miss: an answer kept with it is read again once
+// that change is delivered.
 type workloadStamps struct {
 	mu   sync.Mutex
 	next uint64
-	m    map[string]uint64
+	m    map[string]nsStamp
+}
+
+// nsStamp is a namespace's stamp and how many of its workloads the
+// handlers have seen added and not deleted.
+type nsStamp struct {
+	stamp     uint64
+	workloads int
 }
 
 func newWorkloadStamps() *workloadStamps {
-	return &workloadStamps{m: map[string]uint64{}}
+	return &workloadStamps{m: map[string]nsStamp{}}
 }
 
-// stamp marks a change of a workload of ns.
-func (s *workloadStamps) stamp(ns string) {
+// added stamps ns for a workload added.
+func (s *workloadStamps) added(ns string) { s.change(ns, 1) }
+
+// changed stamps ns for a workload changed.
+func (s *workloadStamps) changed(ns string) { s.change(ns, 0) }
+
+// deleted stamps ns for a workload deleted, and drops the stamp of a
+// namespace left without any.
+func (s *workloadStamps) deleted(ns string) { s.change(ns, -1) }
+
+func (s *workloadStamps) change(ns string, workloads int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	e := s.m[ns]
+	e.workloads += workloads
+	if e.workloads <= 0 && workloads < 0 {
+		delete(s.m, ns)
+		return
+	}
 	s.next++
-	s.m[ns] = s.next
-}
-
-// forget drops the stamp of ns, which no longer has workloads: an answer
-// kept with its last stamp is read again.
-func (s *workloadStamps) forget(ns string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.m, ns)
+	e.stamp = s.next
+	s.m[ns] = e
 }
 
 // of is the stamp of ns: 0 when it has none.
 func (s *workloadStamps) of(ns string) uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.m[ns]
+	return s.m[ns].stamp
 }
 
 func (s *workloadStamps) len() int {

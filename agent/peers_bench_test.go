@@ -65,7 +65,7 @@ func benchmarkPeers(b *testing.B, stamped bool) {
 	if stamped {
 		c.stamps = newWorkloadStamps()
 		for n := 0; n < 400; n++ {
-			c.stamps.stamp(fmt.Sprintf("team-%03d", n))
+			c.stamps.added(fmt.Sprintf("team-%03d", n))
 		}
 	}
 	mesh := canary.Mesh{Revisions: map[string]canary.Revision{"1-25": {Name: "1-25"}, "1-26": {Name: "1-26"}}}

@@ -118,7 +118,7 @@ func asWorkloads(deps ...*appsv1.Deployment) []canary.Workload {
 func TestThePeerMemoReadsAPeerAgainWhenItsWorkloadsChange(t *testing.T) {
 	var m peerMemo
 	stamps := newWorkloadStamps()
-	stamps.stamp("shop")
+	stamps.added("shop")
 	deps := []*appsv1.Deployment{recorded("a", time.Time{})}
 	lists := 0
 	workloads := func() ([]canary.Workload, error) { lists++; return asWorkloads(deps...), nil }
@@ -136,7 +136,7 @@ func TestThePeerMemoReadsAPeerAgainWhenItsWorkloadsChange(t *testing.T) {
 
 	// A workload gains a move record; the namespace does not change.
 	deps = []*appsv1.Deployment{recorded("a", time.Date(2026, 11, 30, 13, 0, 0, 0, time.UTC))}
-	stamps.stamp("shop")
+	stamps.changed("shop")
 	assert.True(t, read(optedIn).HoldsSlot, "a namespace without a status holds a slot once a workload carries a move record")
 
 	// A status that ended at 12:00, under the records of the migration
@@ -145,17 +145,19 @@ func TestThePeerMemoReadsAPeerAgainWhenItsWorkloadsChange(t *testing.T) {
 	assert.Equal(t, canary.Peer{Name: "shop", Priority: 100, Phase: canary.PhaseCompleted, HoldsSlot: true}, read(ended))
 	// The records of its own migration agree with it.
 	deps = []*appsv1.Deployment{recorded("a", time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))}
-	stamps.stamp("shop")
+	stamps.changed("shop")
 	assert.False(t, read(ended).HoldsSlot)
 	// A workload added is read too; so is the namespace left without one,
-	// its stamp forgotten.
+	// its stamp dropped.
 	deps = append(deps, recorded("b", time.Date(2026, 11, 30, 13, 0, 0, 0, time.UTC)))
-	stamps.stamp("shop")
+	stamps.added("shop")
 	assert.True(t, read(ended).HoldsSlot)
 	deps = nil
-	stamps.forget("shop")
+	stamps.deleted("shop")
+	stamps.deleted("shop")
+	assert.Zero(t, stamps.of("shop"), "no workloads: no stamp")
 	assert.False(t, read(ended).HoldsSlot)
-	assert.Equal(t, 1, m.size())
+	assert.Zero(t, m.size(), "an answer read at no stamp is not kept")
 
 	// Caches that keep no stamps keep no answer read from workloads.
 	lists = 0
@@ -292,4 +294,26 @@ func TestAPeerFollowsItsWorkloadsInTheCache(t *testing.T) {
 	require.Eventually(t, func() bool { return !peer().HoldsSlot }, 5*time.Second, 10*time.Millisecond)
 	assert.Zero(t, c.stamps.of("shop"))
 	assert.Zero(t, c.stamps.len())
+}
+
+// A workload's update stamps its namespace only when it changes what a
+// peer's records are read from: its annotations, or a Deployment's pause.
+// A rollout's status update, or a resync, reads no peer again.
+func TestOnlyAnUpdateOfWhatRecordsAreReadFromStampsANamespace(t *testing.T) {
+	d := recorded("a", time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	status := d.DeepCopy()
+	status.Status.ReadyReplicas, status.ResourceVersion = 3, "42"
+	assert.False(t, stampsOnUpdate(d, d), "a resync")
+	assert.False(t, stampsOnUpdate(d, status), "a rollout's status")
+	annotated := d.DeepCopy()
+	annotated.Annotations[canary.AnnotationSkip] = "true"
+	assert.True(t, stampsOnUpdate(d, annotated))
+	paused := d.DeepCopy()
+	paused.Spec.Paused = true
+	assert.True(t, stampsOnUpdate(d, paused))
+	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "shop", Annotations: map[string]string{"a": "1"}}}
+	moved := sts.DeepCopy()
+	moved.Annotations[canary.AnnotationMove] = d.Annotations[canary.AnnotationMove]
+	assert.False(t, stampsOnUpdate(sts, sts.DeepCopy()))
+	assert.True(t, stampsOnUpdate(sts, moved))
 }
