@@ -203,7 +203,7 @@ type decider struct {
 	// resolved is the revision the target resolves to now; "" when it
 	// does not resolve.
 	resolved string
-	out     Decision
+	out      Decision
 	// workloads are the snapshot's, each parsed once for this decision.
 	workloads workloadSet
 	planned   *NamespacePlan
