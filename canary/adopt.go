@@ -80,8 +80,8 @@ func migrationsOnRecord(set workloadSet, targetRevision string) []migrationOnRec
 // regressed never lets them skip judgment.
 //
 // rev is the revision the namespace's target resolves to now ("" reads
-// st.TargetRevision). A status that ended keeps the revision its migration
-// went to; when its target (a tag) resolves elsewhere now, the status is
+// st.TargetRevision). A status that ended (or is being undone) keeps the
+// revision its migration went to (Status.keepsRevision); when its target (a tag) resolves elsewhere now, the status is
 // about another revision's migration and says nothing of this one's
 // records but when it started: only a migration to rev on record newer
 // than that contradicts it. Older records of rev (say, of a workload
@@ -92,7 +92,7 @@ func recordConflict(set workloadSet, st *Status, rev string) (migrationOnRecord,
 		return migrationOnRecord{}, ""
 	}
 	if rev != "" && rev != st.TargetRevision {
-		if !terminal(st.Phase) {
+		if !st.keepsRevision() {
 			return migrationOnRecord{}, "" // a migration to elsewhere starts over (TargetChanged)
 		}
 		for _, m := range migrationsOnRecord(set, rev) {

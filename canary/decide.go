@@ -233,15 +233,16 @@ func (d *decider) run() {
 	}
 	adopted := false
 	if resolved {
-		if d.st.TargetRevision != "" && d.st.TargetRevision != rev && !terminal(d.st.Phase) {
+		if d.st.TargetRevision != "" && d.st.TargetRevision != rev && !d.st.keepsRevision() {
 			// A tag was repointed mid-way: this is a migration to somewhere else.
 			d.event("", EventWarning, "TargetChanged", fmt.Sprintf("%s now resolves to %s instead of %s; starting over", settings.Target, rev, d.st.TargetRevision))
 			d.st = d.freshStatus(prev, settings.Target)
 		}
 		d.resolved = rev
-		if !terminal(d.st.Phase) || d.st.TargetRevision == "" {
-			// A status that ended keeps the revision its migration went
-			// to: its records are of that revision's migration.
+		if !d.st.keepsRevision() || d.st.TargetRevision == "" {
+			// A migration that ended, or is being undone, keeps the
+			// revision it went to: its records are of that revision's
+			// migration.
 			d.st.TargetRevision = rev
 		}
 		adopted = d.adoptIfNeeded()

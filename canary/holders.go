@@ -320,7 +320,7 @@ func (c *classifier) index(ns string) *planIndex {
 	ix := &planIndex{plan: p, wave: map[string]int{}, members: map[string]string{}, moved: map[string]bool{},
 		failed: map[string]bool{}, excluded: map[string]string{}, firstWave: 1}
 	st := n.Status
-	if st != nil && st.Target == p.Target && st.TargetRevision == p.TargetRevision {
+	if st != nil && st.Target == p.Target && (st.TargetRevision == p.TargetRevision || st.keepsRevision()) {
 		ix.st = st
 		for _, m := range st.Workloads {
 			ix.members[m.Name] = m.State

@@ -61,6 +61,20 @@ func (s *Status) HoldsSlot() bool {
 	return false
 }
 
+// keepsRevision reports whether s is of a migration that ended, or is
+// being undone (rolled back, or blocked or paused in either), which keeps
+// the revision it went to when its target (a tag) is repointed: its
+// records are of that revision, a rollback returns what it moved, and
+// nothing moves to the tag's new revision until the target is set again.
+// A migration going forward to a repointed tag starts over instead.
+func (s *Status) keepsRevision() bool {
+	p := s.Phase
+	if p == PhaseBlocked {
+		p = s.BlockedPhase
+	}
+	return terminal(p) || p == PhaseRollingBack || s.WaveState == WaveRollingBack
+}
+
 // TakesSlot reports whether writing next over prev starts a migration.
 func TakesSlot(prev, next *Status) bool {
 	return !prev.HoldsSlot() && next.HoldsSlot()
