@@ -134,11 +134,3 @@ func TestAForgedMoveRecordOfTheLastWaveNeitherSpinsNorHoldsUnexplained(t *testin
 	assert.LessOrEqual(t, writes, 3, "adopted, passed, paused: then nothing more")
 	assert.True(t, s.status.HoldsSlot(), "paused half-way: its status says why it holds its slot")
 }
-
-// gatesFor is sim.gates for the status st.
-func gatesFor(s *sim, st *Status) []Verdict {
-	kept := s.status
-	s.status = st
-	defer func() { s.status = kept }()
-	return s.gates()
-}
