@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
@@ -110,19 +111,29 @@ func mustRecords(t *testing.T, c *Caches) []canary.Workload {
 	return ws
 }
 
-// The same, with real informers: right after WaitForSync (when the workers
-// start and read the peers) the stamp handlers have often not yet heard of
-// the initial adds (about half of the starts, measured). An answer read
-// then is not kept, and once shop's workloads are gone the peer says so.
+// The same, with real informers: a workload's add is in the cache before
+// the stamp handler has heard of it (at start-up, about half of the time,
+// measured), and a peer read then must not be kept. a is created once the
+// informers watch (a fake clientset drops what happens before its watch
+// starts), and read as soon as the cache shows it.
 func TestAPeerHoldReadAtStartUpOutlivesNoneOfTheWorkloadsItRead(t *testing.T) {
 	for attempt := 0; attempt < 20; attempt++ {
 		shop := peerNamespace("shop", "", map[string]string{canary.AnnotationTargetRevision: "1-26", canary.AnnotationStatus: encodedStatus(t, canary.PhaseCompleted)})
-		a := recorded("a", time.Date(2026, 11, 30, 13, 0, 0, 0, time.UTC))
-		client := fake.NewClientset(shop, a)
+		client := fake.NewClientset(shop)
 		c := NewCaches(client, 0, nil)
 		ctx, cancel := context.WithCancel(context.Background())
 		c.Start(ctx)
 		require.True(t, c.WaitForSync())
+		a := recorded("a", time.Date(2026, 11, 30, 13, 0, 0, 0, time.UTC))
+		require.Eventually(t, func() bool {
+			if _, err := c.Deployments.Deployments("shop").Get("a"); err == nil {
+				return true
+			}
+			if _, err := client.AppsV1().Deployments("shop").Create(ctx, a, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
+				_, _ = client.AppsV1().Deployments("shop").Update(ctx, a, metav1.UpdateOptions{}) // the create came before the watch
+			}
+			return false
+		}, 5*time.Second, time.Millisecond)
 		ns, err := c.Namespaces.Get("shop")
 		require.NoError(t, err)
 		p, _ := c.peerOf(ns, mesh126.Resolve)

@@ -283,12 +283,17 @@ func TestAPeerFollowsItsWorkloadsInTheCache(t *testing.T) {
 		return p
 	}
 	assert.Equal(t, canary.Peer{Name: "shop", Priority: 100, Phase: canary.PhaseCompleted}, peer())
-	require.NotZero(t, c.stamps.of("shop"))
+	// The handlers hear of the initial adds after the cache holds them.
+	require.Eventually(t, func() bool { return c.stamps.of("shop") != 0 }, 5*time.Second, time.Millisecond)
 
+	// Updated until the cache shows it: a fake clientset drops what
+	// happens before its watch starts.
 	newer := recorded("a", time.Date(2026, 11, 30, 13, 0, 0, 0, time.UTC))
-	_, err := client.AppsV1().Deployments("shop").Update(ctx, newer, metav1.UpdateOptions{})
-	require.NoError(t, err)
-	require.Eventually(t, func() bool { return peer().HoldsSlot }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool {
+		_, err := client.AppsV1().Deployments("shop").Update(ctx, newer, metav1.UpdateOptions{})
+		require.NoError(t, err)
+		return peer().HoldsSlot
+	}, 5*time.Second, 10*time.Millisecond)
 
 	require.NoError(t, client.AppsV1().Deployments("shop").Delete(ctx, "a", metav1.DeleteOptions{}))
 	require.Eventually(t, func() bool { return !peer().HoldsSlot }, 5*time.Second, 10*time.Millisecond)
