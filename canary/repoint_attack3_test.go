@@ -1,0 +1,149 @@
+package canary
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// onTag4 is shop (a, b, c, d) migrating to the tag canary (1-26), with
+// 1-27 installed; canary 1, batches of 2.
+func onTag4(t *testing.T) *sim {
+	s := newSim(t, deploy("a"), deploy("b"), deploy("c"), deploy("d"))
+	s.cfg.Sizes = WaveSizes{CanarySize: 1, BatchSize: 2}
+	s.snap.Mesh.Revisions["1-27"] = Revision{Name: "1-27", Istiods: 1, ReadyIstiods: 1}
+	s.snap.Namespace.Annotations[AnnotationTargetRevision] = "canary"
+	return s
+}
+
+// step rolls out every workload to its last record and decides.
+func (s *sim) step3(verdicts func() []Verdict) Decision {
+	for _, w := range s.snap.Workloads {
+		if r, ok := ReadMoveRecord(w.Annotations); ok {
+			s.rollOut(r.Revision, w.Name)
+		}
+	}
+	s.now = s.now.Add(2 * time.Minute)
+	return s.decide(verdicts())
+}
+
+func backMoves(ds []Decision) map[string]int {
+	out := map[string]int{}
+	for _, d := range ds {
+		for _, m := range d.Moves {
+			if !m.RecordOnly && m.Record.Rollback {
+				out[m.Workload]++
+			}
+		}
+	}
+	return out
+}
+
+// toWave2Passed plays onTag4 until wave 2 (b, c) passed: a, b, c on 1-26.
+func toWave2Passed(t *testing.T) *sim {
+	s := onTag4(t)
+	for i := 0; i < 20 && (s.status == nil || s.status.Wave < 2 || s.status.WaveState != WavePassed); i++ {
+		s.step3(s.gates)
+	}
+	require.Equal(t, 2, s.status.Wave)
+	require.Equal(t, WavePassed, s.status.WaveState)
+	return s
+}
+
+// Repointed mid-rollback: RollingBack, Paused in RollingBack, Blocked in
+// RollingBack. Each ends RolledBack with one rollback restart per moved
+// workload, nothing forward to 1-27.
+func TestAttack3RepointMidRollbackEndsRolledBack(t *testing.T) {
+	for _, how := range []string{"rollingBack", "pausedRollingBack", "blockedRollingBack"} {
+		t.Run(how, func(t *testing.T) {
+			s := toWave2Passed(t)
+			s.snap.Namespace.Annotations[AnnotationRollback] = "all"
+			var played []Decision
+			played = append(played, s.step3(s.gates))
+			require.Equal(t, PhaseRollingBack, s.status.Phase)
+			switch how {
+			case "pausedRollingBack":
+				s.now = s.now.Add(time.Minute)
+				played = append(played, s.decide(failRollout("a", "bad")))
+				require.Equal(t, PhasePaused, s.status.Phase)
+				require.Equal(t, WaveRollingBack, s.status.WaveState)
+			case "blockedRollingBack":
+				s.snap.Workloads[3].Annotations[AnnotationWave] = "-1"
+				played = append(played, s.decide(nil))
+				require.Equal(t, PhaseBlocked, s.status.Phase)
+			}
+			s.snap.Mesh.Tags["canary"] = "1-27"
+			played = append(played, s.decide(nil))
+			switch how {
+			case "pausedRollingBack":
+				delete(s.snap.Namespace.Annotations, AnnotationPaused)
+			case "blockedRollingBack":
+				delete(s.snap.Workloads[3].Annotations, AnnotationWave)
+			}
+			for i := 0; i < 8; i++ {
+				played = append(played, s.step3(s.gates))
+			}
+			assert.Equal(t, PhaseRolledBack, s.status.Phase, "%s: %v", s.status.Reason, s.reasons())
+			assert.Equal(t, "1-26", s.status.TargetRevision)
+			assert.Equal(t, map[string]int{"a": 1, "b": 1, "c": 1}, backMoves(played))
+			assert.Empty(t, forwardMovesTo(played, "1-27"), "%v", s.reasons())
+			assert.Equal(t, "1-25", s.snap.Namespace.Labels[LabelRev])
+			// Nothing spins afterwards.
+			for i := 0; i < 3; i++ {
+				s.now = s.now.Add(time.Minute)
+				d := s.decide(s.gates())
+				assert.Nil(t, d.Status, "round %d", i)
+				assert.Empty(t, d.Moves)
+			}
+		})
+	}
+}
+
+// Paused (by a person) forward in wave 2 (a, b, c on 1-26, d on 1-25),
+// then canary is repointed to 1-27: the migration starts over
+// (TargetChanged). freshStatus keeps the unfinished migration's source
+// (1-25) as "inherited" so that the new migration's rollback returns the
+// workloads to a revision they ran, not to the abandoned target. Without
+// the pause it does. With the pause still set, the fresh status goes
+// Paused before its first wave, keeps no source, and when the person
+// resumes, the next decision has no inherited source: the source is taken
+// from the pods, most of which run the abandoned 1-26. A rollback of the
+// new migration then sends everything to 1-26, the abandoned target,
+// never to 1-25 where the namespace came from.
+func TestAttack3RepointWhilePausedForwardKeepsTheSource(t *testing.T) {
+	for _, how := range []string{"unpaused (control)", "paused", "blocked"} {
+		t.Run(how, func(t *testing.T) {
+			s := toWave2Passed(t)
+			switch how {
+			case "paused":
+				s.snap.Namespace.Annotations[AnnotationPaused] = "true"
+				s.decide(nil)
+				require.Equal(t, PhasePaused, s.status.Phase)
+			case "blocked":
+				s.snap.Workloads[3].Annotations[AnnotationWave] = "-1"
+				s.decide(nil)
+				require.Equal(t, PhaseBlocked, s.status.Phase)
+			}
+			s.snap.Mesh.Tags["canary"] = "1-27"
+			s.now = s.now.Add(time.Minute)
+			s.decide(nil)
+			require.Contains(t, s.reasons(), "TargetChanged")
+			switch how {
+			case "paused":
+				delete(s.snap.Namespace.Annotations, AnnotationPaused)
+			case "blocked":
+				delete(s.snap.Workloads[3].Annotations, AnnotationWave)
+			}
+			for i := 0; i < 3 && s.status.Wave == 0; i++ {
+				s.now = s.now.Add(time.Minute)
+				s.decide(nil)
+			}
+			require.Equal(t, 1, s.status.Wave, "%s %s", s.status.Phase, s.status.Reason)
+			assert.Equal(t, "1-27", s.status.TargetRevision)
+			assert.Equal(t, "1-25", s.status.SourceRevision, "the source of the migration it replaces")
+			assert.Equal(t, "1-25", s.status.SourceLabel)
+		})
+	}
+}
