@@ -81,18 +81,18 @@ func migrationsOnRecord(set workloadSet, targetRevision string) []migrationOnRec
 //
 // rev is the revision the namespace's target resolves to now ("" reads
 // st.TargetRevision). A status that ended (or is being undone) keeps the
-// revision its migration went to (Status.keepsRevision); when its target (a tag) resolves elsewhere now, the status is
+// revision its migration went to (keeps, from keepsRevision); when its target (a tag) resolves elsewhere now, the status is
 // about another revision's migration and says nothing of this one's
 // records but when it started: only a migration to rev on record newer
 // than that contradicts it. Older records of rev (say, of a workload
 // skipped by the migrations since) are history, and adopting them would
 // start a migration nobody asked for, without admission.
-func recordConflict(set workloadSet, st *Status, rev string) (migrationOnRecord, string) {
+func recordConflict(set workloadSet, st *Status, rev string, keeps bool) (migrationOnRecord, string) {
 	if st == nil || st.MigrationID() == "" || st.Phase == PhaseStopped {
 		return migrationOnRecord{}, ""
 	}
 	if rev != "" && rev != st.TargetRevision {
-		if !st.keepsRevision() {
+		if !keeps {
 			return migrationOnRecord{}, "" // a migration to elsewhere starts over (TargetChanged)
 		}
 		for _, m := range migrationsOnRecord(set, rev) {

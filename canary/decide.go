@@ -201,9 +201,14 @@ type decider struct {
 	// migration this one replaces.
 	inherited *[2]string
 	// resolved is the revision the target resolves to now; "" when it
-	// does not resolve.
+	// does not resolve. keeps says whether the status keeps its own
+	// revision when that differs (keepsRevision).
 	resolved string
-	out      Decision
+	keeps    bool
+	// rollbackTaken says this decision started the rollback a person
+	// asked for.
+	rollbackTaken bool
+	out           Decision
 	// workloads are the snapshot's, each parsed once for this decision.
 	workloads workloadSet
 	planned   *NamespacePlan
@@ -233,19 +238,25 @@ func (d *decider) run() {
 	}
 	adopted := false
 	if resolved {
-		if d.st.TargetRevision != "" && d.st.TargetRevision != rev && !d.st.keepsRevision() {
+		keeps := keepsRevision(d.st, d.settings)
+		if d.st.TargetRevision != "" && d.st.TargetRevision != rev && !keeps {
 			// A tag was repointed mid-way: this is a migration to somewhere else.
 			d.event("", EventWarning, "TargetChanged", fmt.Sprintf("%s now resolves to %s instead of %s; starting over", settings.Target, rev, d.st.TargetRevision))
 			d.st = d.freshStatus(prev, settings.Target)
 		}
-		d.resolved = rev
-		if !d.st.keepsRevision() || d.st.TargetRevision == "" {
+		d.resolved, d.keeps = rev, keeps
+		if !keeps || d.st.TargetRevision == "" {
 			// A migration that ended, or is being undone, keeps the
 			// revision it went to: its records are of that revision's
 			// migration.
 			d.st.TargetRevision = rev
 		}
 		adopted = d.adoptIfNeeded()
+		if d.inherited == nil && d.st.Wave == 0 && d.st.SourceRevision != "" && !terminal(d.st.Phase) {
+			// The source of an unfinished migration this one replaced,
+			// kept while it waited to start (freshStatus).
+			d.inherited = &[2]string{d.st.SourceLabel, d.st.SourceRevision}
+		}
 	}
 	if len(errs) > 0 {
 		if d.st.Wave > 0 && d.st.Phase == PhaseBlocked {
@@ -314,6 +325,14 @@ func (d *decider) freshStatus(prev *Status, target string) *Status {
 	}
 	if prev != nil && prev.Wave > 0 && !terminal(prev.Phase) && prev.SourceRevision != "" {
 		d.inherited = &[2]string{prev.SourceLabel, prev.SourceRevision}
+		// Kept in the status until the migration starts: one that waits
+		// first (paused, blocked, for its turn) must not guess its source
+		// from pods that ran the abandoned target.
+		st.SourceLabel, st.SourceRevision = prev.SourceLabel, prev.SourceRevision
+	} else if prev != nil && prev.Wave == 0 && prev.Target != target && prev.SourceRevision != "" {
+		// A target changed again before it started: the same source.
+		d.inherited = &[2]string{prev.SourceLabel, prev.SourceRevision}
+		st.SourceLabel, st.SourceRevision = prev.SourceLabel, prev.SourceRevision
 	}
 	return st
 }
@@ -340,7 +359,7 @@ func (d *decider) adoptIfNeeded() bool {
 		}
 		return false
 	}
-	if m, why := recordConflict(d.workloads, d.st, d.resolved); why != "" {
+	if m, why := recordConflict(d.workloads, d.st, d.resolved, d.keeps); why != "" {
 		d.st.TargetRevision = d.resolved
 		d.adoptRecords(m, EventWarning, "StatusAdopted", "the status disagrees with the Deployments' move records: "+why)
 		return true
@@ -1343,6 +1362,7 @@ func (d *decider) resumeClock() {
 func (d *decider) startRollback(scope RollbackScope, why string) {
 	st := d.st
 	d.out.ClearRollback = d.settings.Rollback != RollbackNone
+	d.rollbackTaken = d.out.ClearRollback
 	st.Phase, st.Rollback, st.WaveState = PhaseRollingBack, scope, WaveRollingBack
 	st.Reason = why
 	st.GatesSince, st.NextWaveAt, st.Analysis = timePtr(d.now), nil, nil
@@ -1398,7 +1418,7 @@ func rollbackMembers(set workloadSet, st *Status) []parsedWorkload {
 
 func (d *decider) rollingBack() {
 	st := d.st
-	if req := d.settings.Rollback; req != RollbackNone {
+	if req := d.settings.Rollback; req != RollbackNone && !d.rollbackTaken {
 		// A request made while a rollback runs is taken at once: one for
 		// everything widens a wave's rollback; any other is already done.
 		d.out.ClearRollback = true

@@ -411,7 +411,13 @@ func (c *classifier) classifyMoved(h *Holder) {
 	if target == "" {
 		target = p.Target
 	}
-	if st != nil && st.Phase == PhaseRollingBack {
+	targets := target == c.rev
+	if st != nil && st.TargetRevision != "" && st.keepsRevision() {
+		// Ended or being undone: its own revision, whatever a repointed
+		// tag names now.
+		target = st.TargetRevision
+	}
+	if st != nil && (st.Phase == PhaseRollingBack || st.Phase == PhasePaused && st.WaveState == WaveRollingBack) {
 		// Away from the target, back to the source: whichever this is.
 		h.Code, h.Reason = ReasonRollingBack, fmt.Sprintf("namespace %s is rolling back to %s", h.Namespace, st.SourceRevision)
 		h.State = HolderCannot
@@ -420,7 +426,7 @@ func (c *classifier) classifyMoved(h *Holder) {
 		}
 		return
 	}
-	if target == c.rev {
+	if targets {
 		cannot(ReasonTargetsRevision, "namespace %s targets %s itself: %s stays on it", h.Namespace, c.rev, this)
 		return
 	}

@@ -227,7 +227,7 @@ func PeerOf(name string, annotations map[string]string, resolve func(string) (st
 		}
 		if decided.MigrationID() != "" {
 			p.HoldsSlot = recordsSay(workloads, func(set workloadSet) bool {
-				_, why := recordConflict(set, &decided, rev)
+				_, why := recordConflict(set, &decided, rev, keepsRevision(&decided, settings))
 				return why != ""
 			})
 		}

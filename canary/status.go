@@ -75,6 +75,14 @@ func (s *Status) keepsRevision() bool {
 	return terminal(p) || p == PhaseRollingBack || s.WaveState == WaveRollingBack
 }
 
+// keepsRevision is Status.keepsRevision, and also holds for a migration
+// under way that a person asked to roll back: the rollback is done first,
+// on the revision it went to, and the request is not dropped by a start
+// over.
+func keepsRevision(st *Status, settings NamespaceSettings) bool {
+	return st.keepsRevision() || settings.Rollback != RollbackNone && st.Wave > 0
+}
+
 // TakesSlot reports whether writing next over prev starts a migration.
 func TakesSlot(prev, next *Status) bool {
 	return !prev.HoldsSlot() && next.HoldsSlot()

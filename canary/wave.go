@@ -43,7 +43,7 @@ func WaveToVerify(snap Snapshot, st *Status, cfg Config) (WaveUnderTest, bool) {
 		return WaveUnderTest{}, false
 	}
 	set, _ := parseWorkloads(snap.Workloads)
-	if _, why := recordConflict(set, st, ""); why != "" {
+	if _, why := recordConflict(set, st, "", false); why != "" {
 		// The decision rebuilds the status from the records first.
 		return WaveUnderTest{}, false
 	}
