@@ -329,8 +329,8 @@ func (d *decider) freshStatus(prev *Status, target string) *Status {
 		// first (paused, blocked, for its turn) must not guess its source
 		// from pods that ran the abandoned target.
 		st.SourceLabel, st.SourceRevision = prev.SourceLabel, prev.SourceRevision
-	} else if prev != nil && prev.Wave == 0 && prev.Target != target && prev.SourceRevision != "" {
-		// A target changed again before it started: the same source.
+	} else if prev != nil && prev.Wave == 0 && !terminal(prev.Phase) && prev.SourceRevision != "" {
+		// Changed again before it started: the same source.
 		d.inherited = &[2]string{prev.SourceLabel, prev.SourceRevision}
 		st.SourceLabel, st.SourceRevision = prev.SourceLabel, prev.SourceRevision
 	}

@@ -147,3 +147,37 @@ func TestAttack3RepointWhilePausedForwardKeepsTheSource(t *testing.T) {
 		})
 	}
 }
+
+// A migration that started over on a repoint, and waits (paused), keeps
+// the source of the one it replaced through a second repoint before it
+// starts.
+func TestASourceKeptThroughTwoRepointsBeforeTheStart(t *testing.T) {
+	s := newSim(t, deploy("a"), deploy("b"), deploy("c"), deploy("d"))
+	s.cfg.Sizes = WaveSizes{CanarySize: 1, BatchSize: 2}
+	s.snap.Mesh.Revisions["1-27"] = Revision{Name: "1-27", Istiods: 1, ReadyIstiods: 1}
+	s.snap.Mesh.Revisions["1-28"] = Revision{Name: "1-28", Istiods: 1, ReadyIstiods: 1}
+	s.snap.Mesh.Tags["canary"] = "1-26"
+	s.snap.Namespace.Annotations[AnnotationTargetRevision] = "canary"
+	s.decide(nil)
+	s.rollOut("1-26", "a")
+	s.decide(s.gates())
+	s.now = s.now.Add(time.Minute)
+	s.decide(nil) // wave 2: b, c
+	s.rollOut("1-26", "b", "c")
+	require.Equal(t, 2, s.status.Wave)
+	s.snap.Namespace.Annotations[AnnotationPaused] = "true"
+	s.decide(nil)
+	for _, rev := range []string{"1-27", "1-28"} {
+		s.snap.Mesh.Tags["canary"] = rev
+		s.now = s.now.Add(time.Minute)
+		s.decide(nil)
+		require.Equal(t, 0, s.status.Wave, rev)
+		assert.Equal(t, "1-25", s.status.SourceRevision, "kept while it waits, after the repoint to %s", rev)
+	}
+	delete(s.snap.Namespace.Annotations, AnnotationPaused)
+	s.now = s.now.Add(time.Minute)
+	s.decide(nil)
+	require.Equal(t, 1, s.status.Wave, "%s %s", s.status.Phase, s.status.Reason)
+	assert.Equal(t, "1-28", s.status.TargetRevision)
+	assert.Equal(t, "1-25", s.status.SourceRevision)
+}
