@@ -33,6 +33,10 @@ import (
 
 // write is one write an agent sent that reached the apiserver.
 type write struct {
+	// at is when the request left the agent: what a replica sends while it
+	// holds the lease was decided under it, however long the apiserver
+	// takes to answer on a loaded machine (and a write fenced by a
+	// resourceVersion that a later leader moved past is refused).
 	at     time.Time
 	agent  string
 	verb   string
@@ -106,6 +110,7 @@ func (l *link) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	var resp *http.Response
 	var err error
+	sent := time.Now()
 	if l.intercept != nil {
 		resp = l.intercept(req, obj)
 	}
@@ -117,7 +122,7 @@ func (l *link) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil || req.Method == http.MethodGet {
 		return resp, err
 	}
-	w := write{at: time.Now(), agent: l.name, verb: req.Method, object: obj, code: resp.StatusCode}
+	w := write{at: sent, agent: l.name, verb: req.Method, object: obj, code: resp.StatusCode}
 	l.log.add(w)
 	if l.afterWrite != nil && w.code < 300 {
 		l.afterWrite(w)

@@ -98,7 +98,7 @@ func TestHighAvailability(t *testing.T) {
 		assert.Equal(t, map[string]int{"deployments deposed/a": 1, "deployments deposed/b": 1, "deployments deposed/c": 1}, log.patches("deployments "+ns))
 		for _, w := range log.matching("") {
 			if w.agent == leader && !strings.HasPrefix(w.object, "leases ") {
-				assert.True(t, heldBy(leases.snapshot(), leader, w.at, 0), "%s wrote %s after it lost the lease", leader, w.object)
+				assert.True(t, heldBy(leases.snapshot(), leader, w.at, 0), "%s sent %s %s at %s, after it lost the lease; tenures %+v", leader, w.verb, w.object, w.at.Format("15:04:05.000"), leases.snapshot())
 			}
 		}
 		assertServes(t, replicas[leader], 0)
