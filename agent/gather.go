@@ -49,15 +49,7 @@ func (c *Caches) Gather(ns *corev1.Namespace, rootNamespace string) (canary.Snap
 // workloads reads a namespace's Deployments, StatefulSets and DaemonSets,
 // each with its pods, sorted by ID.
 func (c *Caches) workloads(ns string) ([]canary.Workload, error) {
-	deps, err := c.Deployments.Deployments(ns).List(labels.Everything())
-	if err != nil {
-		return nil, err
-	}
-	stss, err := c.StatefulSets.StatefulSets(ns).List(labels.Everything())
-	if err != nil {
-		return nil, err
-	}
-	dss, err := c.DaemonSets.DaemonSets(ns).List(labels.Everything())
+	deps, stss, dss, err := c.workloadObjects(ns)
 	if err != nil {
 		return nil, err
 	}
@@ -457,19 +449,29 @@ func (c *Caches) peerOf(ns *corev1.Namespace, resolve func(string) (string, bool
 	})
 }
 
+// workloadObjects are a namespace's cached Deployments, StatefulSets and
+// DaemonSets: the kinds meshwave moves.
+func (c *Caches) workloadObjects(ns string) ([]*appsv1.Deployment, []*appsv1.StatefulSet, []*appsv1.DaemonSet, error) {
+	deps, err := c.Deployments.Deployments(ns).List(labels.Everything())
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	stss, err := c.StatefulSets.StatefulSets(ns).List(labels.Everything())
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	dss, err := c.DaemonSets.DaemonSets(ns).List(labels.Everything())
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return deps, stss, dss, nil
+}
+
 // recordsOf are a namespace's Deployments, StatefulSets and DaemonSets as
 // a peer's move records are read from them: with their kept facts, without
 // their pods.
 func (c *Caches) recordsOf(ns string) ([]canary.Workload, error) {
-	deps, err := c.Deployments.Deployments(ns).List(labels.Everything())
-	if err != nil {
-		return nil, err
-	}
-	stss, err := c.StatefulSets.StatefulSets(ns).List(labels.Everything())
-	if err != nil {
-		return nil, err
-	}
-	dss, err := c.DaemonSets.DaemonSets(ns).List(labels.Everything())
+	deps, stss, dss, err := c.workloadObjects(ns)
 	if err != nil {
 		return nil, err
 	}
