@@ -81,8 +81,9 @@ func migrationsOnRecord(set workloadSet, targetRevision string) []migrationOnRec
 //
 // rev is the revision the namespace's target resolves to now ("" reads
 // st.TargetRevision). A status that ended (or is being undone) keeps the
-// revision its migration went to (keeps, from keepsRevision); when its target (a tag) resolves elsewhere now, the status is
-// about another revision's migration and says nothing of this one's
+// revision its migration went to (keeps, from keepsRevision); when its
+// target (a tag) resolves elsewhere now, the status is about another
+// revision's migration and says nothing of this one's
 // records but when it started: only a migration to rev on record newer
 // than that contradicts it. Older records of rev (say, of a workload
 // skipped by the migrations since) are history, and adopting them would

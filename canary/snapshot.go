@@ -213,8 +213,11 @@ func PeerOf(name string, annotations map[string]string, resolve func(string) (st
 		if p.HoldsSlot || st.Phase == PhaseStopped {
 			break
 		}
-		// As the decision reads it: the target resolved now, unless a
-		// migration under way was to another revision (it starts again).
+		// As the decision reads it: the target resolved now. A status
+		// that keeps its revision (keepsRevision: it ended, or is being
+		// undone) is contradicted only by a newer migration to the tag's
+		// revision now; a forward migration to another revision starts
+		// over, which Admit decides (recordConflict).
 		decided, rev := *st, ""
 		if resolve != nil {
 			var resolved bool

@@ -127,10 +127,10 @@ kinds      Pod/debug        1     cannot              a bare Pod has no controll
 		slices.Sort(nodes)
 		assert.Equal(t, fakeNodes, nodes, "one pod on each node")
 		// One write per moved workload, whatever its kind.
-		assert.Equal(t, map[string]int{"PATCH deployments " + ns + "/web": 1}, counter.writes("PATCH deployments "+ns))
-		assert.Equal(t, map[string]int{"PATCH statefulsets " + ns + "/db": 1}, counter.writes("PATCH statefulsets "+ns))
-		assert.Equal(t, map[string]int{"PATCH daemonsets " + ns + "/agent": 1}, counter.writes("PATCH daemonsets "+ns))
-		assert.Empty(t, counter.writes("POST pods "+ns), "no eviction of a rolling update")
+		assert.Equal(t, map[string]int{"PATCH deployments " + ns + "/web": 1}, counter.writes("PATCH deployments "+ns+"/"))
+		assert.Equal(t, map[string]int{"PATCH statefulsets " + ns + "/db": 1}, counter.writes("PATCH statefulsets "+ns+"/"))
+		assert.Equal(t, map[string]int{"PATCH daemonsets " + ns + "/agent": 1}, counter.writes("PATCH daemonsets "+ns+"/"))
+		assert.Empty(t, counter.writes("POST pods "+ns+"/"), "no eviction of a rolling update")
 		t.Logf("every kind, 2 waves: %d namespace writes", counter.get("PATCH namespaces "+ns))
 
 		// What is left is what meshwave cannot move, each with its reason.
@@ -173,9 +173,9 @@ kinds      Pod/debug        1     cannot  a bare Pod has no controller to create
 		going, maxDown := log.result()
 		assert.Equal(t, []string{"ledger-2", "ledger-1", "ledger-0"}, going, "evicted highest ordinal first, each once")
 		assert.Equal(t, 1, maxDown, "never more than one pod down")
-		assert.Equal(t, map[string]int{"PATCH statefulsets " + ns + "/ledger": 1}, counter.writes("PATCH statefulsets "+ns))
+		assert.Equal(t, map[string]int{"PATCH statefulsets " + ns + "/ledger": 1}, counter.writes("PATCH statefulsets "+ns+"/"))
 		t.Logf("OnDelete StatefulSet of 3: %d PATCH statefulsets, eviction requests %v, %d namespace writes",
-			counter.get("PATCH statefulsets "+ns+"/ledger"), counter.writes("POST pods "+ns), counter.get("PATCH namespaces "+ns))
+			counter.get("PATCH statefulsets "+ns+"/ledger"), counter.writes("POST pods "+ns+"/"), counter.get("PATCH namespaces "+ns))
 		for _, pod := range []string{"ledger-0", "ledger-1", "ledger-2"} {
 			assert.GreaterOrEqual(t, counter.get("POST pods "+ns+"/"+pod), 1, "%s evicted through the Eviction API", pod)
 			waitForEvent(f, "StatefulSet", ns, "ledger", "PodEvicted: evicting pod "+pod+" of statefulset ledger")
@@ -194,8 +194,10 @@ kinds      Pod/debug        1     cannot  a bare Pod has no controller to create
 		log := watchPods(t, f, ns, []string{"queue-0", "queue-1", "queue-2"})
 		optIn(f, ns, "1-26", 40)
 		waitForPhase(f, ns, canary.PhaseRollingBack, 2*time.Minute)
+		// The rollback may already have evicted the bad queue-2 by the
+		// time its phase is read here; nothing else may have gone.
 		going, _ := log.result()
-		assert.Equal(t, []string{"queue-2"}, going, "one pod replaced, and it never got ready: no second goes")
+		assert.Contains(t, [][]string{{"queue-2"}, {"queue-2", "queue-2"}}, going, "one pod replaced, and it never got ready: no second goes")
 		// The rollback takes the pod of the bad template first: it serves
 		// nothing.
 		waitForEvent(f, "StatefulSet", ns, "queue", "PodEvicted: evicting pod queue-2 of statefulset queue (0 of 3 replaced): its updateStrategy is OnDelete, so it moves to 1-25")
@@ -204,7 +206,10 @@ kinds      Pod/debug        1     cannot  a bare Pod has no controller to create
 		assert.True(t, strings.HasPrefix(st.Reason, "rolled back 1 workloads to 1-25: wave 1 failed: rollout fail: StatefulSet/queue did not roll out within 5s"), st.Reason)
 		_, pods := f.WaitForStatefulSetRolledOut(ns, "queue")
 		f.Then().PodsInjectedBy("1-25", pods)
-		_, maxDown := log.result()
+		going, maxDown := log.result()
+		// The rollback is a restart onto the source: every pod goes, the
+		// bad template's first, then highest ordinal first.
+		assert.Equal(t, []string{"queue-2", "queue-2", "queue-1", "queue-0"}, going, "the moved pod, then its bad replacement, then the rest, each once")
 		assert.Equal(t, 1, maxDown, "never more than one pod down, back and forth")
 		assert.Equal(t, 2, counter.get("PATCH statefulsets "+ns+"/queue"), "the move and its rollback")
 	})
