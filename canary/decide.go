@@ -875,6 +875,7 @@ func (d *decider) markOutcome(w parsedWorkload, outcome string) {
 }
 
 func (d *decider) addMove(w Workload, rec MoveRecord, message string) {
+	rec.At = restartAt(w, rec.At)
 	patch := MovePatch(w, PersistedSettings(w, d.cfg.PersistAnnotations), rec)
 	d.out.Moves = append(d.out.Moves, Move{Workload: w.Name, Record: rec, Patch: patch})
 	d.event(w.Name, EventNormal, "Restarted", message)

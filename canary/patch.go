@@ -157,3 +157,16 @@ func restartStamp(w Workload, at time.Time) string {
 	}
 	return at.Format(time.RFC3339)
 }
+
+// restartAt is the time a move record made at at carries: at itself, or
+// the second its restart stamp was pushed to (restartStamp). A record
+// always names the second of its stamp or a later instant, so a stamp is
+// never read as newer than the record that wrote it: a wave starting in the
+// second a rollback's stamp was pushed to must not take that restart for
+// one of its own whose record was lost.
+func restartAt(w Workload, at time.Time) time.Time {
+	if prev, err := time.Parse(time.RFC3339, w.TemplateAnnotations[AnnotationRestartedAt]); err == nil && !at.UTC().Truncate(time.Second).After(prev) {
+		return prev.Add(time.Second)
+	}
+	return at
+}
