@@ -36,7 +36,7 @@ func walkAdmission(t *testing.T, seed int64) {
 	var history []string
 	target := s.snap.Namespace.Annotations[AnnotationTargetRevision]
 	for step := 0; step < 60; step++ {
-		switch rnd.Intn(14) {
+		switch rnd.Intn(15) {
 		case 0:
 			toggle(s.snap.Namespace.Annotations, AnnotationPaused, "true")
 		case 1:
@@ -54,6 +54,12 @@ func walkAdmission(t *testing.T, seed int64) {
 			s.snap.Mesh.Tags["canary"] = []string{"1-26", "1-27"}[rnd.Intn(2)]
 		case 6:
 			s.snap.Peers = nil // the namespace holding the slot finished
+		case 8:
+			if _, opted := s.snap.Namespace.Annotations[AnnotationTargetRevision]; opted {
+				// Another target, or the same one named another way.
+				target = []string{"canary", "1-26", "1-27"}[rnd.Intn(3)]
+				s.snap.Namespace.Annotations[AnnotationTargetRevision] = target
+			}
 		case 7:
 			if w, ok := WaveToVerify(s.snap, s.status, s.cfg); ok && len(w.Workloads) > 0 {
 				s.step(failRollout(w.Workloads[rnd.Intn(len(w.Workloads))].Name, "did not roll out"))

@@ -227,7 +227,10 @@ func (d *decider) run() {
 	d.workloads, errs = workloads, append(errs, werrs...)
 	errs = append(errs, d.windowsMeet()...)
 	d.st = prev.DeepCopy()
-	if d.st == nil || d.st.Target != settings.Target || d.st.Phase == PhaseStopped {
+	// A rollback under way, or asked of a migration under way, is done
+	// before another target is taken up (undoing).
+	retarget := d.st != nil && d.st.Target != settings.Target && d.st.Phase != PhaseStopped && undoing(d.st, settings)
+	if d.st == nil || d.st.Target != settings.Target && !retarget || d.st.Phase == PhaseStopped {
 		d.st = d.freshStatus(prev, settings.Target)
 	}
 	// Set again below while a wave waits for its window.
@@ -235,6 +238,17 @@ func (d *decider) run() {
 	rev, resolved := d.snap.Mesh.Resolve(settings.Target)
 	if len(errs) == 0 && !resolved {
 		errs = append(errs, unresolvedTarget(d.ns, settings.Target))
+	}
+	if retarget && d.st.TargetRevision != "" {
+		// Its records are of the revision it went to, whatever the
+		// namespace's target names now.
+		rev = d.st.TargetRevision
+		defer func() {
+			// Said with each status it writes meanwhile.
+			if d.out.Status != nil {
+				d.event("", EventNormal, "TargetChangedDuringRollback", fmt.Sprintf("%s is now the target; the rollback of the migration to %s finishes first", settings.Target, d.st.Target))
+			}
+		}()
 	}
 	adopted := false
 	if resolved {

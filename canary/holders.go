@@ -296,7 +296,8 @@ type classifier struct {
 // planIndex is a namespace's plan and status, by workload ID.
 type planIndex struct {
 	plan *NamespacePlan
-	// st is the status when it belongs to the plan's target; nil otherwise.
+	// st is the status when it belongs to the plan's target, or is being
+	// rolled back (its rollback goes first); nil otherwise.
 	st        *Status
 	wave      map[string]int
 	members   map[string]string
@@ -320,7 +321,7 @@ func (c *classifier) index(ns string) *planIndex {
 	ix := &planIndex{plan: p, wave: map[string]int{}, members: map[string]string{}, moved: map[string]bool{},
 		failed: map[string]bool{}, excluded: map[string]string{}, firstWave: 1}
 	st := n.Status
-	if st != nil && st.Target == p.Target && (st.TargetRevision == p.TargetRevision || st.keepsRevision()) {
+	if st != nil && (st.Target == p.Target && (st.TargetRevision == p.TargetRevision || st.keepsRevision()) || st.undoing()) {
 		ix.st = st
 		for _, m := range st.Workloads {
 			ix.members[m.Name] = m.State

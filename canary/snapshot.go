@@ -181,6 +181,9 @@ type Peer struct {
 // status about another target waits as Pending, and so does one with no
 // status and no move records.
 //
+// A status of another target counts while its migration is being rolled
+// back, or was asked to be (undoing): that rollback is done first.
+//
 // A peer holds its slot, besides while its status says so, whenever it may
 // be half-way through a migration its own next reconcile continues without
 // asking Admit (adoption never does): its status cannot be read; it is
@@ -208,6 +211,9 @@ func PeerOf(name string, annotations map[string]string, resolve func(string) (st
 		p.HoldsSlot = recordsSay(workloads, func(set workloadSet) bool {
 			return slices.ContainsFunc(set, func(w parsedWorkload) bool { return w.record != nil })
 		})
+	case st.Target != settings.Target && st.Phase != PhaseStopped && undoing(st, settings):
+		// Its rollback is done first, on the slot it holds.
+		p.Phase, p.HoldsSlot = st.Phase, st.HoldsSlot()
 	case st.Target == settings.Target:
 		p.Phase, p.HoldsSlot = st.Phase, st.HoldsSlot()
 		if p.HoldsSlot || st.Phase == PhaseStopped {

@@ -83,6 +83,35 @@ func keepsRevision(st *Status, settings NamespaceSettings) bool {
 	return st.keepsRevision() || settings.Rollback != RollbackNone && st.Wave > 0
 }
 
+// undoing reports whether s is of a migration being rolled back, or
+// paused or blocked in its rollback. Such a status stays, its target
+// included, until the rollback ends, whatever target the namespace asks
+// for meanwhile: the workloads it has not returned yet must not be left
+// on the abandoned revision, nor the next migration take its source from
+// pods half-way back.
+func (s *Status) undoing() bool {
+	p := s.Phase
+	if p == PhaseBlocked {
+		p = s.BlockedPhase
+	}
+	return !terminal(p) && (p == PhaseRollingBack || s.WaveState == WaveRollingBack)
+}
+
+// undoing is Status.undoing, and also holds for a migration under way
+// (past its first wave, not ended) that a person asked to roll back: that
+// rollback is done first, and the request is not dropped by a new target
+// set in the same edit.
+func undoing(st *Status, settings NamespaceSettings) bool {
+	if st.undoing() {
+		return true
+	}
+	p := st.Phase
+	if p == PhaseBlocked {
+		p = st.BlockedPhase
+	}
+	return settings.Rollback != RollbackNone && st.Wave > 0 && !terminal(p)
+}
+
 // TakesSlot reports whether writing next over prev starts a migration.
 func TakesSlot(prev, next *Status) bool {
 	return !prev.HoldsSlot() && next.HoldsSlot()

@@ -4,14 +4,20 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
 	"github.com/meshwave/meshwave/canary"
@@ -184,6 +190,68 @@ func TestStateIntegrity(t *testing.T) {
 			"PATCH deployments restored-waits/x": 1}, counter.writes("PATCH deployments"))
 	})
 
+	t.Run("a new target set with a rollback asked rolls back first", func(t *testing.T) {
+		f := shared.For(t)
+		const ns = "retarget"
+		f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, nil).
+			Deployment(ns, "a", fixture.Replicas(1)).Deployment(ns, "b", fixture.Replicas(1)).Deployment(ns, "c", fixture.Replicas(1)).RolledOut(ns)
+		require.NoError(t, f.World.Mesh.SetTag(f.Ctx, "next", "1-26"))
+		release := f.World.Cluster.Kubelet.HoldUnready(cluster.PodSelector{Namespace: ns, Labels: fixture.PodSelector(map[string]string{"app": "b"}), OnlyNew: true})
+		counter := newAPICounter()
+		cfg := testConfig(f)
+		cfg.BatchSize = 2
+		optIn(f, ns, "1-26", 10)
+		startAgent(t, f, cfg, counter, "agent-"+ns)
+		defer func() {
+			if t.Failed() {
+				t.Logf("events:\n%s", strings.Join(eventsFor(f, "Namespace", "", ns), "\n"))
+				for _, w := range []string{"a", "b", "c"} {
+					t.Logf("%s: %s", w, strings.Join(eventsFor(f, "Deployment", ns, w), "\n"))
+				}
+			}
+		}()
+		f.Eventually("wave 2 patched", func() (bool, string) {
+			r, ok := moveRecord(f, ns, "c")
+			return ok && r.Wave == 2, fmt.Sprint(r)
+		})
+		phases := watchPhases(t, f, ns)
+		// b's new pod never gets ready: a person asks for a rollback and
+		// names another target in the same edit.
+		_, err := f.Client.CoreV1().Namespaces().Patch(f.Ctx, ns, types.MergePatchType,
+			[]byte(`{"metadata":{"annotations":{"meshwave.io/target-revision":"next","meshwave.io/rollback":"all"}}}`), metav1.PatchOptions{})
+		require.NoError(t, err)
+		waitForEvent(f, "Namespace", "", ns, "TargetChangedDuringRollback: next is now the target; the rollback of the migration to 1-26 finishes first")
+		release()
+		waitForEvent(f, "Namespace", "", ns, "RolledBack: rolled back 3 workloads to 1-25")
+		st := waitForPhase(f, ns, canary.PhaseCompleted, 2*time.Minute)
+		assert.Equal(t, "next", st.Target)
+		assert.Equal(t, "1-26", st.TargetRevision)
+		assert.Equal(t, "1-25", st.SourceRevision, "the next migration starts from where the namespace came from")
+		assert.Equal(t, "moved 3 workloads to 1-26 in 2 waves", st.Reason)
+		assert.NotContains(t, strings.Join(eventsFor(f, "Namespace", "", ns), "\n"), "RollbackIgnored")
+		// The statuses in the order they were written: the old migration
+		// rolled back to its end before the new target's began.
+		seen := phases()
+		rolledBack := slices.Index(seen, "1-26 RolledBack")
+		first := slices.IndexFunc(seen, func(p string) bool { return strings.HasPrefix(p, "next ") })
+		require.GreaterOrEqual(t, rolledBack, 0, "%v", seen)
+		require.GreaterOrEqual(t, first, 0, "%v", seen)
+		assert.Less(t, rolledBack, first, "%v", seen)
+		for _, p := range seen[:first] {
+			assert.Contains(t, []string{"1-26 Migrating", "1-26 Analyzing", "1-26 RollingBack", "1-26 RolledBack"}, p, "%v", seen)
+		}
+		// Each moved, returned, and moved again: three template changes,
+		// nothing more (a patch refused on a conflict changes nothing).
+		assert.Equal(t, map[string]int{"a": 3, "b": 3, "c": 3}, restarts(f, ns, "a", "b", "c"))
+		for _, w := range []string{"a", "b", "c"} {
+			r, ok := moveRecord(f, ns, w)
+			require.True(t, ok, w)
+			assert.Equal(t, st.MigrationID(), r.Migration, "%s was moved by the new migration", w)
+			assert.False(t, r.Rollback, w)
+		}
+		f.Then().PodsOnRevision(ns, "b", "1-26")
+	})
+
 	t.Run("the revision label is put back while meshwave owns the namespace", func(t *testing.T) {
 		f := shared.For(t)
 		const ns = "relabel"
@@ -266,4 +334,41 @@ func namespaceLabel(f *fixture.Fixture, ns string) string {
 	n, err := f.Client.CoreV1().Namespaces().Get(f.Ctx, ns, metav1.GetOptions{})
 	require.NoError(f.T, err)
 	return n.Labels[mesh.LabelRev]
+}
+
+// watchPhases records each status a namespace is written with, as "target
+// phase", in the order the apiserver delivers them, repeats left out.
+func watchPhases(t *testing.T, f *fixture.Fixture, ns string) func() []string {
+	var mu sync.Mutex
+	var seen []string
+	factory := informers.NewSharedInformerFactoryWithOptions(f.Client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = "metadata.name=" + ns
+	}))
+	inf := factory.Core().V1().Namespaces().Informer()
+	record := func(obj any) {
+		n, ok := obj.(*corev1.Namespace)
+		if !ok {
+			return
+		}
+		st, _, err := canary.ParseStatus(n.Annotations)
+		if err != nil || st == nil {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if p := st.Target + " " + string(st.Phase); len(seen) == 0 || seen[len(seen)-1] != p {
+			seen = append(seen, p)
+		}
+	}
+	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: record, UpdateFunc: func(_, o any) { record(o) }})
+	require.NoError(t, err)
+	stop := make(chan struct{})
+	factory.Start(stop)
+	factory.WaitForCacheSync(stop)
+	t.Cleanup(func() { close(stop); factory.Shutdown() })
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(seen)
+	}
 }
