@@ -230,6 +230,17 @@ func (d *decider) run() {
 	// A rollback under way, or asked of a migration under way, is done
 	// before another target is taken up (undoing).
 	retarget := d.st != nil && d.st.Target != settings.Target && d.st.Phase != PhaseStopped && undoing(d.st, settings)
+	if retarget {
+		switch newRev, ok := d.snap.Mesh.Resolve(settings.Target); {
+		case ok && newRev == d.st.TargetRevision:
+			// The same revision named another way: the same migration.
+			d.st.Target, retarget = settings.Target, false
+		case ok && d.newerOnRecord(newRev, d.st):
+			// A stale copy: the new target's migration is under way or
+			// done, and its records are what to go by.
+			retarget = false
+		}
+	}
 	if d.st == nil || d.st.Target != settings.Target && !retarget || d.st.Phase == PhaseStopped {
 		d.st = d.freshStatus(prev, settings.Target)
 	}
@@ -311,6 +322,20 @@ func (d *decider) run() {
 		d.ended()
 	}
 	d.summarize(prev)
+}
+
+// newerOnRecord reports whether the workloads' records show a migration
+// to rev that started after st's.
+func (d *decider) newerOnRecord(rev string, st *Status) bool {
+	if st.StartedAt == nil {
+		return false
+	}
+	for _, m := range migrationsOnRecord(d.workloads, rev) {
+		if m.StartedAt.After(*st.StartedAt) {
+			return true
+		}
+	}
+	return false
 }
 
 // freshStart is the start time of a new migration: now, or a second later
@@ -454,7 +479,11 @@ func (d *decider) pending() {
 	st := d.st
 	if d.settings.Rollback != RollbackNone {
 		d.out.ClearRollback = true
-		d.event("", EventNormal, "RollbackIgnored", "nothing to roll back: no wave has started")
+		why := "nothing to roll back: no wave has started"
+		if prev := d.in.Status; prev != nil && prev.Target != st.Target && terminal(prev.Phase) && prev.Wave > 0 {
+			why = fmt.Sprintf("nothing to roll back: the migration to %s is %s, and no wave to %s has started", prev.Target, prev.Phase, st.Target)
+		}
+		d.event("", EventNormal, "RollbackIgnored", why)
 	}
 	reason, retry, source, sourceRev := d.precheck()
 	if reason != "" {
@@ -783,7 +812,7 @@ func (d *decider) ensureMoves() bool {
 			failed, reasons = append(failed, WorkloadState{Name: w.Name, State: StateFailed, Reason: why}), append(reasons, why)
 		case !moved && d.noControlPlane() != "":
 			held = true
-		case !moved && restartedSince(w, st.WaveStartedAt) && !recordSince(w, st.WaveStartedAt):
+		case !moved && restartedSince(w, st.WaveStartedAt) && !recordSince(w, st.WaveStartedAt) && !explainsTemplateStamp(w):
 			// Its record is gone, but its template shows a restart after
 			// the wave started, onto the label the wave set: the record is
 			// written back; the workload is not restarted again.
@@ -889,7 +918,7 @@ func (d *decider) markOutcome(w parsedWorkload, outcome string) {
 }
 
 func (d *decider) addMove(w Workload, rec MoveRecord, message string) {
-	rec.At = restartAt(w, rec.At)
+	rec = withStamp(w, rec)
 	patch := MovePatch(w, PersistedSettings(w, d.cfg.PersistAnnotations), rec)
 	d.out.Moves = append(d.out.Moves, Move{Workload: w.Name, Record: rec, Patch: patch})
 	d.event(w.Name, EventNormal, "Restarted", message)

@@ -467,9 +467,10 @@ func TestAFailedWaveRollsBackByDefault(t *testing.T) {
 	assert.Equal(t, PhaseRollingBack, d.Status.Phase)
 	assert.Equal(t, "1-25", d.Label, "the label goes back to the source")
 	require.Len(t, d.Moves, 1)
-	// In the second of the move it undoes: its stamp, and so its record,
-	// name the second after (restartAt).
-	assert.Equal(t, MoveRecord{Revision: "1-25", From: "1-26", Wave: 1, At: t0.Add(time.Second), Rollback: true, Migration: "1-26@2026-11-29T12:00:00Z"}, d.Moves[0].Record)
+	// In the second of the move it undoes: its stamp is pushed to the
+	// second after, and its record says so (Stamp).
+	stamp := t0.Add(time.Second)
+	assert.Equal(t, MoveRecord{Revision: "1-25", From: "1-26", Wave: 1, At: t0, Rollback: true, Migration: "1-26@2026-11-29T12:00:00Z", Stamp: &stamp}, d.Moves[0].Record)
 	assert.Contains(t, string(d.Moves[0].Patch), `"kubectl.kubernetes.io/restartedAt":"2026-11-29T12:00:01Z"`)
 	assert.Equal(t, "wave 1 failed: error-rate fail: a: 5xx ratio 0.3 > threshold 0.05", d.Status.Reason)
 

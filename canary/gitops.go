@@ -344,15 +344,14 @@ func capitalized(s string) string {
 // no record of its move and no restart stamp of the wave was nevertheless
 // rolled out onto a template stamped in this wave: its move was made,
 // then its template and record were put back whole (a sync that replaces
-// the object). A stamp the workload's own record accounts for (the
-// rollback before this migration, its stamp pushed into the second this
-// wave started: restartAt) is that record's restart, not this wave's.
+// the object). A stamp the workload's own record wrote (the rollback
+// before this migration, its stamp pushed into the second this wave
+// started: MoveRecord.Stamp) is that record's restart, not this wave's.
 func memberReverted(w Workload, waveStart *time.Time) bool {
 	if waveStart == nil || w.RolledOutRestart.IsZero() || w.RolledOutRestart.Before(waveStart.UTC().Truncate(time.Second)) {
 		return false
 	}
-	r, ok := ReadMoveRecord(w.Annotations)
-	return !ok || !r.At.UTC().Truncate(time.Second).Equal(w.RolledOutRestart.UTC())
+	return !explainsStamp(w, w.RolledOutRestart)
 }
 
 // labelReverted reports the namespace's istio.io/rev label found away from

@@ -422,8 +422,13 @@ func (c *classifier) classifyMoved(h *Holder) {
 		// Away from the target, back to the source: whichever this is.
 		h.Code, h.Reason = ReasonRollingBack, fmt.Sprintf("namespace %s is rolling back to %s", h.Namespace, st.SourceRevision)
 		h.State = HolderCannot
-		if c.rev != st.SourceRevision {
+		switch {
+		case c.rev != st.SourceRevision:
 			h.State = HolderMoving
+		case st.Target != p.Target:
+			// Its new target's migration starts once the rollback ends.
+			h.State = HolderWillMove
+			h.Reason += fmt.Sprintf(", then to %s (%s=%s)", cmp.Or(p.TargetRevision, p.Target), AnnotationTargetRevision, p.Target)
 		}
 		return
 	}

@@ -81,7 +81,7 @@ func MovePatch(w Workload, changes TemplateChanges, record MoveRecord) []byte {
 	for k, v := range changes.Annotations {
 		annotations[k] = v
 	}
-	annotations[AnnotationRestartedAt] = restartStamp(w, record.At)
+	annotations[AnnotationRestartedAt] = restartStamp(w, record.At).Format(time.RFC3339)
 	var p movePatch
 	p.Metadata = recordMeta(w, record)
 	p.Spec.Template.Metadata = templateMeta{Annotations: annotations, Labels: changes.Labels}
@@ -150,23 +150,19 @@ func restartedSince(w Workload, since *time.Time) bool {
 // restartStamp formats at as kubectl rollout restart does. A stamp equal to
 // the template's current one would not roll the Deployment (a rollback in
 // the same second as the move, say), so it is then pushed a second later.
-func restartStamp(w Workload, at time.Time) string {
+func restartStamp(w Workload, at time.Time) time.Time {
 	at = at.UTC().Truncate(time.Second)
 	if prev, err := time.Parse(time.RFC3339, w.TemplateAnnotations[AnnotationRestartedAt]); err == nil && !at.After(prev) {
-		at = prev.Add(time.Second)
-	}
-	return at.Format(time.RFC3339)
-}
-
-// restartAt is the time a move record made at at carries: at itself, or
-// the second its restart stamp was pushed to (restartStamp). A record
-// always names the second of its stamp or a later instant, so a stamp is
-// never read as newer than the record that wrote it: a wave starting in the
-// second a rollback's stamp was pushed to must not take that restart for
-// one of its own whose record was lost.
-func restartAt(w Workload, at time.Time) time.Time {
-	if prev, err := time.Parse(time.RFC3339, w.TemplateAnnotations[AnnotationRestartedAt]); err == nil && !at.UTC().Truncate(time.Second).After(prev) {
-		return prev.Add(time.Second)
+		at = prev.Add(time.Second).UTC()
 	}
 	return at
+}
+
+// withStamp is rec as a move of w writes it: with the stamp its restart
+// writes, when that is pushed past the second of rec.At (restartStamp).
+func withStamp(w Workload, rec MoveRecord) MoveRecord {
+	if stamp := restartStamp(w, rec.At); !stamp.Equal(rec.At.UTC().Truncate(time.Second)) {
+		rec.Stamp = &stamp
+	}
+	return rec
 }

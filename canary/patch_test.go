@@ -2,6 +2,7 @@ package canary
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 )
@@ -86,6 +87,6 @@ func TestMovePatchIsOneMergePatchWithSettingsRestartAndRecord(t *testing.T) {
 
 func TestRestartStampAlwaysChangesTheTemplate(t *testing.T) {
 	w := deploy("a", func(w *Workload) { w.TemplateAnnotations[AnnotationRestartedAt] = "2026-11-29T12:00:00Z" })
-	assert.Equal(t, "2026-11-29T12:00:01Z", restartStamp(w, t0.Add(300e6)))
-	assert.Equal(t, "2026-11-29T12:00:05Z", restartStamp(w, t0.Add(5e9)))
+	assert.Equal(t, "2026-11-29T12:00:01Z", restartStamp(w, t0.Add(300e6)).Format(time.RFC3339))
+	assert.Equal(t, "2026-11-29T12:00:05Z", restartStamp(w, t0.Add(5e9)).Format(time.RFC3339))
 }

@@ -42,6 +42,28 @@ type MoveRecord struct {
 	// start time. A record of an earlier migration never counts as a move of
 	// this one.
 	Migration string `json:"migration"`
+	// Stamp is the kubectl.kubernetes.io/restartedAt the move wrote, when
+	// it is not At's own second: a stamp that would equal the template's
+	// is pushed a second past it (restartStamp), and so can name a second
+	// a later wave starts in. Nil for a record-only patch.
+	Stamp *time.Time `json:"stamp,omitempty"`
+}
+
+// restartSecond is the restart stamp r accounts for: its Stamp, or the
+// second of At.
+func (r MoveRecord) restartSecond() time.Time {
+	if r.Stamp != nil {
+		return r.Stamp.UTC()
+	}
+	return r.At.UTC().Truncate(time.Second)
+}
+
+// explainsStamp reports whether w's own move record wrote the restart
+// stamp at: that restart is the record's, not a later wave's whose record
+// was lost or reverted.
+func explainsStamp(w Workload, at time.Time) bool {
+	r, ok := ReadMoveRecord(w.Annotations)
+	return ok && r.restartSecond().Equal(at.UTC())
 }
 
 // Outcomes of a forward move that did not pass its wave.
@@ -105,6 +127,9 @@ func (r MoveRecord) valid() bool {
 	if !ok || r.Wave < 1 || r.Wave > maxWaves || r.At.IsZero() {
 		return false
 	}
+	if r.Stamp != nil && (!r.Stamp.Equal(r.Stamp.Truncate(time.Second)) || !r.Stamp.After(r.At.UTC().Truncate(time.Second))) {
+		return false // a whole second, written only when pushed past At's
+	}
 	for _, v := range []string{r.Revision, r.From, r.SourceLabel, rev} {
 		if len(validation.IsValidLabelValue(v)) > 0 {
 			return false
@@ -127,4 +152,11 @@ func (r MoveRecord) valid() bool {
 func (r MoveRecord) Encode() string {
 	raw, _ := json.Marshal(r)
 	return string(raw)
+}
+
+// explainsTemplateStamp reports whether w's template carries the restart
+// stamp its own move record wrote.
+func explainsTemplateStamp(w Workload) bool {
+	at, err := time.Parse(time.RFC3339, w.TemplateAnnotations[AnnotationRestartedAt])
+	return err == nil && explainsStamp(w, at)
 }

@@ -174,3 +174,27 @@ func encoded(t *testing.T, st *Status) string {
 	require.NoError(t, err)
 	return v
 }
+
+// A rollback asked of a migration that ended, in the same edit as another
+// target: nothing of the new target moved yet, and the request says so
+// without claiming no wave ever ran.
+func TestARollbackAskedOfAnEndedMigrationWithANewTargetSaysWhy(t *testing.T) {
+	s := onTag4(t)
+	for i := 0; i < 20 && (s.status == nil || s.status.Phase != PhaseCompleted); i++ {
+		s.step3(s.gates)
+	}
+	require.Equal(t, PhaseCompleted, s.status.Phase)
+	s.snap.Namespace.Annotations[AnnotationRollback] = "all"
+	s.snap.Namespace.Annotations[AnnotationTargetRevision] = "1-27"
+	s.events = nil
+	d := s.step3(s.gates)
+	assert.True(t, d.ClearRollback)
+	var got []string
+	for _, e := range d.Events {
+		if e.Reason == "RollbackIgnored" {
+			got = append(got, e.Message)
+		}
+	}
+	assert.Equal(t, []string{"nothing to roll back: the migration to canary is Completed, and no wave to 1-27 has started"}, got)
+	assert.Empty(t, backMoves([]Decision{d}))
+}

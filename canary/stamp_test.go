@@ -60,3 +60,25 @@ func TestARollbackStampPushedIntoTheNextMigrationsFirstSecondIsNotItsMove(t *tes
 	}
 	assert.Equal(t, PhaseMigrating, s.status.Phase, "%s", s.status.Reason)
 }
+
+// A record's stamp is written only when pushed past the second of its
+// time; one that is not is not meshwave's record.
+func TestARecordsStampIsReadOnlyPastItsSecond(t *testing.T) {
+	base := `{"revision":"1-25","from":"1-26","wave":1,"at":"2026-11-29T12:00:00.3Z","rollback":true,"migration":"1-26@2026-11-29T12:00:00Z"`
+	for stamp, ok := range map[string]bool{
+		"":                                  true,
+		`,"stamp":"2026-11-29T12:00:01Z"`:   true,
+		`,"stamp":"2026-11-29T13:00:00Z"`:   true,
+		`,"stamp":"2026-11-29T12:00:00Z"`:   false,
+		`,"stamp":"2026-11-29T11:59:59Z"`:   false,
+		`,"stamp":"0001-01-01T00:00:00Z"`:   false,
+		`,"stamp":null`:                     true,
+		`,"stamp":"2026-11-29T12:00:01.5Z"`: false,
+	} {
+		r, read := ReadMoveRecord(map[string]string{AnnotationMove: base + stamp + "}"})
+		assert.Equal(t, ok, read, "stamp %s", stamp)
+		if read && r.Stamp != nil {
+			assert.Equal(t, base+stamp+"}", r.Encode(), "written back as read")
+		}
+	}
+}

@@ -195,7 +195,7 @@ func TestStateIntegrity(t *testing.T) {
 		const ns = "retarget"
 		f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, nil).
 			Deployment(ns, "a", fixture.Replicas(1)).Deployment(ns, "b", fixture.Replicas(1)).Deployment(ns, "c", fixture.Replicas(1)).RolledOut(ns)
-		require.NoError(t, f.World.Mesh.SetTag(f.Ctx, "next", "1-26"))
+		require.NoError(t, f.World.Mesh.InstallRevision(f.Ctx, mesh.Revision{Name: "1-27"}))
 		release := f.World.Cluster.Kubelet.HoldUnready(cluster.PodSelector{Namespace: ns, Labels: fixture.PodSelector(map[string]string{"app": "b"}), OnlyNew: true})
 		counter := newAPICounter()
 		cfg := testConfig(f)
@@ -218,22 +218,22 @@ func TestStateIntegrity(t *testing.T) {
 		// b's new pod never gets ready: a person asks for a rollback and
 		// names another target in the same edit.
 		_, err := f.Client.CoreV1().Namespaces().Patch(f.Ctx, ns, types.MergePatchType,
-			[]byte(`{"metadata":{"annotations":{"meshwave.io/target-revision":"next","meshwave.io/rollback":"all"}}}`), metav1.PatchOptions{})
+			[]byte(`{"metadata":{"annotations":{"meshwave.io/target-revision":"1-27","meshwave.io/rollback":"all"}}}`), metav1.PatchOptions{})
 		require.NoError(t, err)
-		waitForEvent(f, "Namespace", "", ns, "TargetChangedDuringRollback: next is now the target; the rollback of the migration to 1-26 finishes first")
+		waitForEvent(f, "Namespace", "", ns, "TargetChangedDuringRollback: 1-27 is now the target; the rollback of the migration to 1-26 finishes first")
 		release()
 		waitForEvent(f, "Namespace", "", ns, "RolledBack: rolled back 3 workloads to 1-25")
 		st := waitForPhase(f, ns, canary.PhaseCompleted, 2*time.Minute)
-		assert.Equal(t, "next", st.Target)
-		assert.Equal(t, "1-26", st.TargetRevision)
+		assert.Equal(t, "1-27", st.Target)
+		assert.Equal(t, "1-27", st.TargetRevision)
 		assert.Equal(t, "1-25", st.SourceRevision, "the next migration starts from where the namespace came from")
-		assert.Equal(t, "moved 3 workloads to 1-26 in 2 waves", st.Reason)
+		assert.Equal(t, "moved 3 workloads to 1-27 in 2 waves", st.Reason)
 		assert.NotContains(t, strings.Join(eventsFor(f, "Namespace", "", ns), "\n"), "RollbackIgnored")
 		// The statuses in the order they were written: the old migration
 		// rolled back to its end before the new target's began.
 		seen := phases()
 		rolledBack := slices.Index(seen, "1-26 RolledBack")
-		first := slices.IndexFunc(seen, func(p string) bool { return strings.HasPrefix(p, "next ") })
+		first := slices.IndexFunc(seen, func(p string) bool { return strings.HasPrefix(p, "1-27 ") })
 		require.GreaterOrEqual(t, rolledBack, 0, "%v", seen)
 		require.GreaterOrEqual(t, first, 0, "%v", seen)
 		assert.Less(t, rolledBack, first, "%v", seen)
@@ -249,7 +249,7 @@ func TestStateIntegrity(t *testing.T) {
 			assert.Equal(t, st.MigrationID(), r.Migration, "%s was moved by the new migration", w)
 			assert.False(t, r.Rollback, w)
 		}
-		f.Then().PodsOnRevision(ns, "b", "1-26")
+		f.Then().PodsOnRevision(ns, "b", "1-27")
 	})
 
 	t.Run("the revision label is put back while meshwave owns the namespace", func(t *testing.T) {
