@@ -205,6 +205,10 @@ type decider struct {
 	// revision when that differs (keepsRevision).
 	resolved string
 	keeps    bool
+	// staleOf is the migration of a kept status of another target that
+	// the records show older than the new target's migration: the status
+	// is read as lost.
+	staleOf string
 	// rollbackTaken says this decision started the rollback a person
 	// asked for.
 	rollbackTaken bool
@@ -237,8 +241,9 @@ func (d *decider) run() {
 			d.st.Target, retarget = settings.Target, false
 		case ok && d.newerOnRecord(newRev, d.st):
 			// A stale copy: the new target's migration is under way or
-			// done, and its records are what to go by.
-			retarget = false
+			// done, and its records are what to go by, as if the status
+			// were lost (adoptIfNeeded).
+			retarget, d.staleOf = false, d.st.MigrationID()
 		}
 	}
 	if d.st == nil || d.st.Target != settings.Target && !retarget || d.st.Phase == PhaseStopped {
@@ -389,11 +394,16 @@ func (d *decider) adoptIfNeeded() bool {
 		d.adoptRecords(ms[0].current(nil), EventWarning, "StatusAdopted", "the status could not be read")
 		return true
 	}
-	if d.in.Status == nil && d.in.StatusErr == nil {
-		// No status at all: lost, or never written. Records of a migration
-		// to this target mean it was under way.
+	if d.in.Status == nil && d.in.StatusErr == nil || d.staleOf != "" {
+		// No status at all (lost, or never written), or one of a migration
+		// older than the new target's on record (newerOnRecord). Records
+		// of a migration to this target mean it was under way.
 		if ms := migrationsOnRecord(d.workloads, d.st.TargetRevision); len(ms) > 0 {
-			d.adoptRecords(ms[0].current(nil), EventWarning, "StatusAdopted", "the namespace has no status")
+			why := "the namespace has no status"
+			if d.staleOf != "" {
+				why = fmt.Sprintf("the status is of migration %s, older than migration %s on record", d.staleOf, ms[0].ID)
+			}
+			d.adoptRecords(ms[0].current(nil), EventWarning, "StatusAdopted", why)
 			return true
 		}
 		return false

@@ -161,7 +161,9 @@ func restartStamp(w Workload, at time.Time) time.Time {
 // withStamp is rec as a move of w writes it: with the stamp its restart
 // writes, when that is pushed past the second of rec.At (restartStamp).
 func withStamp(w Workload, rec MoveRecord) MoveRecord {
-	if stamp := restartStamp(w, rec.At); !stamp.Equal(rec.At.UTC().Truncate(time.Second)) {
+	// A stamp past year 9999 (pushed past a template's absurd one) has no
+	// JSON form: the record then goes without it.
+	if stamp := restartStamp(w, rec.At); !stamp.Equal(rec.At.UTC().Truncate(time.Second)) && stamp.Year() <= 9999 {
 		rec.Stamp = &stamp
 	}
 	return rec
