@@ -136,7 +136,7 @@ func wave3RolledBackInOneSecond(t *testing.T, future bool) *sim {
 	return s
 }
 
-// Break 3 (6c753f8, restartAt). A wave's rollback in the second of its
+// Break 3 (the first version of the stamp fix, 6c753f8, dated a record at its pushed stamp; a record now carries it as Stamp). A wave's rollback in the second of its
 // move has its record dated the pushed second (S+1), a time after now. A
 // person retries (removes and sets the target again) within that second:
 // retriedAt S+0.7 is before the rollback's record, so current() does not
@@ -165,7 +165,7 @@ func TestAttack5ARetryInTheSecondARollbackStampWasPushedToIsEaten(t *testing.T) 
 	assert.Equal(t, []string{"d"}, forwardMovesTo(played, "1-26"))
 }
 
-// Break 4 (6c753f8, restartAt), the same with a wider window: after d was
+// Break 4 (the same first version), the same with a wider window: after d was
 // moved, a person restarted it from a machine whose clock is an hour
 // ahead (its template's restartedAt is an hour in the future). The wave's
 // rollback pushes its stamp past that one, and now dates its record there
