@@ -233,7 +233,7 @@ func (d *decider) run() {
 	d.st = prev.DeepCopy()
 	// A rollback under way, or asked of a migration under way, is done
 	// before another target is taken up (undoing).
-	retarget := d.st != nil && d.st.Target != settings.Target && d.st.Phase != PhaseStopped && undoing(d.st, settings)
+	retarget := rollsBackFirst(d.st, settings)
 	if retarget {
 		switch newRev, ok := d.snap.Mesh.Resolve(settings.Target); {
 		case ok && newRev == d.st.TargetRevision:
@@ -367,14 +367,11 @@ func (d *decider) freshStatus(prev *Status, target string) *Status {
 		// Rollbacks on record from before now are history.
 		st.RetriedAt = timePtr(d.now)
 	}
-	if prev != nil && prev.Wave > 0 && !prev.keepsRevision() && prev.SourceRevision != "" {
-		d.inherited = &[2]string{prev.SourceLabel, prev.SourceRevision}
-		// Kept in the status until the migration starts: one that waits
-		// first (paused, blocked, for its turn) must not guess its source
+	if prev != nil && !prev.keepsRevision() && prev.SourceRevision != "" {
+		// Half-way, or changed again before it started: the same source,
+		// kept in the status until the migration starts, so that one that
+		// waits first (paused, blocked, for its turn) never guesses it
 		// from pods that ran the abandoned target.
-		st.SourceLabel, st.SourceRevision = prev.SourceLabel, prev.SourceRevision
-	} else if prev != nil && prev.Wave == 0 && !prev.keepsRevision() && prev.SourceRevision != "" {
-		// Changed again before it started: the same source.
 		d.inherited = &[2]string{prev.SourceLabel, prev.SourceRevision}
 		st.SourceLabel, st.SourceRevision = prev.SourceLabel, prev.SourceRevision
 	}

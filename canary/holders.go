@@ -412,7 +412,7 @@ func (c *classifier) classifyMoved(h *Holder) {
 	if target == "" {
 		target = p.Target
 	}
-	targets := target == c.rev
+	planned, targets := target, target == c.rev
 	if st != nil && st.TargetRevision != "" && st.keepsRevision() {
 		// Ended or being undone: its own revision, whatever a repointed
 		// tag names now.
@@ -428,7 +428,7 @@ func (c *classifier) classifyMoved(h *Holder) {
 		case st.Target != p.Target:
 			// Its new target's migration starts once the rollback ends.
 			h.State = HolderWillMove
-			h.Reason += fmt.Sprintf(", then to %s (%s=%s)", cmp.Or(p.TargetRevision, p.Target), AnnotationTargetRevision, p.Target)
+			h.Reason += fmt.Sprintf(", then to %s (%s=%s)", planned, AnnotationTargetRevision, p.Target)
 		}
 		return
 	}

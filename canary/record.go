@@ -66,6 +66,13 @@ func explainsStamp(w Workload, at time.Time) bool {
 	return ok && r.restartSecond().Equal(at.UTC())
 }
 
+// explainsTemplateStamp reports whether w's template carries the restart
+// stamp its own move record wrote.
+func explainsTemplateStamp(w Workload) bool {
+	at, err := time.Parse(time.RFC3339, w.TemplateAnnotations[AnnotationRestartedAt])
+	return err == nil && explainsStamp(w, at)
+}
+
 // Outcomes of a forward move that did not pass its wave.
 const (
 	OutcomeFailed  = "Failed"
@@ -152,11 +159,4 @@ func (r MoveRecord) valid() bool {
 func (r MoveRecord) Encode() string {
 	raw, _ := json.Marshal(r)
 	return string(raw)
-}
-
-// explainsTemplateStamp reports whether w's template carries the restart
-// stamp its own move record wrote.
-func explainsTemplateStamp(w Workload) bool {
-	at, err := time.Parse(time.RFC3339, w.TemplateAnnotations[AnnotationRestartedAt])
-	return err == nil && explainsStamp(w, at)
 }

@@ -211,7 +211,7 @@ func PeerOf(name string, annotations map[string]string, resolve func(string) (st
 		p.HoldsSlot = recordsSay(workloads, func(set workloadSet) bool {
 			return slices.ContainsFunc(set, func(w parsedWorkload) bool { return w.record != nil })
 		})
-	case st.Target != settings.Target && st.Phase != PhaseStopped && undoing(st, settings):
+	case rollsBackFirst(st, settings):
 		// Its rollback is done first, on the slot it holds.
 		p.Phase, p.HoldsSlot = st.Phase, st.HoldsSlot()
 	case st.Target == settings.Target:

@@ -50,11 +50,7 @@ func (s *Status) HoldsSlot() bool {
 	if s == nil || s.Wave == 0 {
 		return false
 	}
-	p := s.Phase
-	if p == PhaseBlocked {
-		p = s.BlockedPhase
-	}
-	switch p {
+	switch s.unblockedPhase() {
 	case PhaseMigrating, PhaseAnalyzing, PhasePaused, PhaseRollingBack:
 		return true
 	}
@@ -68,10 +64,7 @@ func (s *Status) HoldsSlot() bool {
 // nothing moves to the tag's new revision until the target is set again.
 // A migration going forward to a repointed tag starts over instead.
 func (s *Status) keepsRevision() bool {
-	p := s.Phase
-	if p == PhaseBlocked {
-		p = s.BlockedPhase
-	}
+	p := s.unblockedPhase()
 	return terminal(p) || p == PhaseRollingBack || s.WaveState == WaveRollingBack
 }
 
@@ -90,10 +83,7 @@ func keepsRevision(st *Status, settings NamespaceSettings) bool {
 // on the abandoned revision, nor the next migration take its source from
 // pods half-way back.
 func (s *Status) undoing() bool {
-	p := s.Phase
-	if p == PhaseBlocked {
-		p = s.BlockedPhase
-	}
+	p := s.unblockedPhase()
 	return !terminal(p) && (p == PhaseRollingBack || s.WaveState == WaveRollingBack)
 }
 
@@ -105,11 +95,24 @@ func undoing(st *Status, settings NamespaceSettings) bool {
 	if st.undoing() {
 		return true
 	}
-	p := st.Phase
-	if p == PhaseBlocked {
-		p = st.BlockedPhase
+	return settings.Rollback != RollbackNone && st.Wave > 0 && !terminal(st.unblockedPhase())
+}
+
+// rollsBackFirst reports whether st, of another target than the namespace
+// names now, is kept until its rollback ends (undoing) rather than
+// replaced by the new target's migration. (A Stopped status is terminal,
+// so never undoing.)
+func rollsBackFirst(st *Status, settings NamespaceSettings) bool {
+	return st != nil && st.Target != settings.Target && undoing(st, settings)
+}
+
+// unblockedPhase is the phase the status is in, or was in when it was
+// blocked.
+func (s *Status) unblockedPhase() Phase {
+	if s.Phase == PhaseBlocked {
+		return s.BlockedPhase
 	}
-	return settings.Rollback != RollbackNone && st.Wave > 0 && !terminal(p)
+	return s.Phase
 }
 
 // TakesSlot reports whether writing next over prev starts a migration.
