@@ -136,8 +136,24 @@ func wave3RolledBackInOneSecond(t *testing.T, future bool) *sim {
 	return s
 }
 
-// Break 3 (the first version of the stamp fix, 6c753f8, dated a record at its pushed stamp; a record now carries it as Stamp). A wave's rollback in the second of its
-// move has its record dated the pushed second (S+1), a time after now. A
+// requireRetryMovesD plays a retry (the target just set again) to its
+// end: it must resume the migration and move d again, not be adopted as
+// the rollback on record.
+func requireRetryMovesD(t *testing.T, s *sim) {
+	t.Helper()
+	s.events = nil
+	played := []Decision{s.decide(nil)}
+	for i := 0; i < 8 && s.status.Phase != PhaseCompleted; i++ {
+		played = append(played, s.step3(s.gates))
+	}
+	assert.NotContains(t, s.reasons(), "StatusAdopted", "%s", s.status.Reason)
+	assert.Equal(t, PhaseCompleted, s.status.Phase, "the retry moves d again: %s", s.status.Reason)
+	assert.Equal(t, []string{"d"}, forwardMovesTo(played, "1-26"))
+}
+
+// Break 3 (the first version of the stamp fix, 6c753f8, dated a record at
+// its pushed stamp; a record now carries it as Stamp). A wave's rollback
+// in the second of its move has its record dated the pushed second (S+1), a time after now. A
 // person retries (removes and sets the target again) within that second:
 // retriedAt S+0.7 is before the rollback's record, so current() does not
 // make the rollback history, continueOnRecord takes the retry's Pending
@@ -155,14 +171,7 @@ func TestAttack5ARetryInTheSecondARollbackStampWasPushedToIsEaten(t *testing.T) 
 	require.Equal(t, PhaseStopped, s.status.Phase)
 	s.snap.Namespace.Annotations[AnnotationTargetRevision] = "canary"
 	s.now = s.now.Add(100 * time.Millisecond)
-	s.events = nil
-	played := []Decision{s.decide(nil)}
-	for i := 0; i < 8 && s.status.Phase != PhaseCompleted; i++ {
-		played = append(played, s.step3(s.gates))
-	}
-	assert.NotContains(t, s.reasons(), "StatusAdopted", "%s", s.status.Reason)
-	assert.Equal(t, PhaseCompleted, s.status.Phase, "the retry moves d again: %s", s.status.Reason)
-	assert.Equal(t, []string{"d"}, forwardMovesTo(played, "1-26"))
+	requireRetryMovesD(t, s)
 }
 
 // Break 4 (the same first version), the same with a wider window: after d was
@@ -179,14 +188,7 @@ func TestAttack5AFutureRestartStampMakesEveryRetryWithinItAnAdoptedRollback(t *t
 	require.Equal(t, PhaseStopped, s.status.Phase)
 	s.now = s.now.Add(5 * time.Minute)
 	s.snap.Namespace.Annotations[AnnotationTargetRevision] = "canary"
-	s.events = nil
-	played := []Decision{s.decide(nil)}
-	for i := 0; i < 8 && s.status.Phase != PhaseCompleted; i++ {
-		played = append(played, s.step3(s.gates))
-	}
-	assert.NotContains(t, s.reasons(), "StatusAdopted", "%s", s.status.Reason)
-	assert.Equal(t, PhaseCompleted, s.status.Phase, "the retry moves d again: %s", s.status.Reason)
-	assert.Equal(t, []string{"d"}, forwardMovesTo(played, "1-26"))
+	requireRetryMovesD(t, s)
 }
 
 // Break 5 (97f7b10, holders). A namespace rolling back its migration to

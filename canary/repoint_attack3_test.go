@@ -52,36 +52,47 @@ func toWave2Passed(t *testing.T) *sim {
 	return s
 }
 
+// midRollback plays toWave2Passed into a rollback of everything asked by
+// a person, left as how says: rollingBack, pausedRollingBack (a rollback
+// restart failed) or blockedRollingBack (an invalid annotation). release
+// lifts the pause or the block.
+func midRollback(t *testing.T, how string) (s *sim, played []Decision, release func()) {
+	t.Helper()
+	s = toWave2Passed(t)
+	s.snap.Namespace.Annotations[AnnotationRollback] = "all"
+	played = append(played, s.step3(s.gates))
+	require.Equal(t, PhaseRollingBack, s.status.Phase)
+	switch how {
+	case "pausedRollingBack":
+		s.now = s.now.Add(time.Minute)
+		played = append(played, s.decide(failRollout("a", "bad")))
+		require.Equal(t, PhasePaused, s.status.Phase)
+		require.Equal(t, WaveRollingBack, s.status.WaveState)
+	case "blockedRollingBack":
+		s.snap.Workloads[3].Annotations[AnnotationWave] = "-1"
+		played = append(played, s.decide(nil))
+		require.Equal(t, PhaseBlocked, s.status.Phase)
+	}
+	return s, played, func() {
+		switch how {
+		case "pausedRollingBack":
+			delete(s.snap.Namespace.Annotations, AnnotationPaused)
+		case "blockedRollingBack":
+			delete(s.snap.Workloads[3].Annotations, AnnotationWave)
+		}
+	}
+}
+
 // Repointed mid-rollback: RollingBack, Paused in RollingBack, Blocked in
 // RollingBack. Each ends RolledBack with one rollback restart per moved
 // workload, nothing forward to 1-27.
 func TestAttack3RepointMidRollbackEndsRolledBack(t *testing.T) {
 	for _, how := range []string{"rollingBack", "pausedRollingBack", "blockedRollingBack"} {
 		t.Run(how, func(t *testing.T) {
-			s := toWave2Passed(t)
-			s.snap.Namespace.Annotations[AnnotationRollback] = "all"
-			var played []Decision
-			played = append(played, s.step3(s.gates))
-			require.Equal(t, PhaseRollingBack, s.status.Phase)
-			switch how {
-			case "pausedRollingBack":
-				s.now = s.now.Add(time.Minute)
-				played = append(played, s.decide(failRollout("a", "bad")))
-				require.Equal(t, PhasePaused, s.status.Phase)
-				require.Equal(t, WaveRollingBack, s.status.WaveState)
-			case "blockedRollingBack":
-				s.snap.Workloads[3].Annotations[AnnotationWave] = "-1"
-				played = append(played, s.decide(nil))
-				require.Equal(t, PhaseBlocked, s.status.Phase)
-			}
+			s, played, release := midRollback(t, how)
 			s.snap.Mesh.Tags["canary"] = "1-27"
 			played = append(played, s.decide(nil))
-			switch how {
-			case "pausedRollingBack":
-				delete(s.snap.Namespace.Annotations, AnnotationPaused)
-			case "blockedRollingBack":
-				delete(s.snap.Workloads[3].Annotations, AnnotationWave)
-			}
+			release()
 			for i := 0; i < 8; i++ {
 				played = append(played, s.step3(s.gates))
 			}

@@ -36,32 +36,12 @@ func movesInOrder(ds []Decision) []string {
 func TestATargetChangedMidRollbackFinishesTheRollbackFirst(t *testing.T) {
 	for _, how := range []string{"rollingBack", "pausedRollingBack", "blockedRollingBack"} {
 		t.Run(how, func(t *testing.T) {
-			s := toWave2Passed(t)
-			s.snap.Namespace.Annotations[AnnotationRollback] = "all"
-			var played []Decision
-			played = append(played, s.step3(s.gates))
-			require.Equal(t, PhaseRollingBack, s.status.Phase)
-			switch how {
-			case "pausedRollingBack":
-				s.now = s.now.Add(time.Minute)
-				played = append(played, s.decide(failRollout("a", "bad")))
-				require.Equal(t, PhasePaused, s.status.Phase)
-				require.Equal(t, WaveRollingBack, s.status.WaveState)
-			case "blockedRollingBack":
-				s.snap.Workloads[3].Annotations[AnnotationWave] = "-1"
-				played = append(played, s.decide(nil))
-				require.Equal(t, PhaseBlocked, s.status.Phase)
-			}
+			s, played, release := midRollback(t, how)
 			s.snap.Namespace.Annotations[AnnotationTargetRevision] = "1-27"
 			d := s.decide(nil)
 			played = append(played, d)
 			assert.Equal(t, "canary", s.status.Target, "the rollback's status stays until it is done: %s", s.status.Reason)
-			switch how {
-			case "pausedRollingBack":
-				delete(s.snap.Namespace.Annotations, AnnotationPaused)
-			case "blockedRollingBack":
-				delete(s.snap.Workloads[3].Annotations, AnnotationWave)
-			}
+			release()
 			for i := 0; i < 8 && (s.status.Target != "1-27" || s.status.Phase != PhaseCompleted); i++ {
 				played = append(played, s.step3(s.gates))
 				if s.status.Target == "canary" && s.status.Phase == PhaseRolledBack {
