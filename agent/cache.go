@@ -285,10 +285,14 @@ func slimTemplate(t corev1.PodTemplateSpec) corev1.PodTemplateSpec {
 // of the whole object as applied that nothing in meshwave reads, from a
 // freshly decoded object's annotations; nil when none remain.
 func withoutLastApplied(annotations map[string]string) map[string]string {
-	if _, ok := annotations[corev1.LastAppliedConfigAnnotation]; ok {
-		// Written only when there: a map shared with the object's source
-		// (a fake clientset's tracker) is never written for nothing.
+	// Written only when there: a map shared with the object's source (a
+	// fake clientset's tracker) is never written for nothing.
+	if _, applied := annotations[corev1.LastAppliedConfigAnnotation]; applied {
 		delete(annotations, corev1.LastAppliedConfigAnnotation)
+		if len(annotations) == 0 {
+			return nil
+		}
+		return annotations
 	}
 	if len(annotations) == 0 {
 		return nil
