@@ -390,8 +390,11 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	defer admission.done()
 	snap.ReadPeers = admission.peers
 	now := c.clock.Now()
+	// The migration is read once: the wave to verify and the decision
+	// come from the same reading.
+	reading := canary.Read(snap, status, statusErr, c.decisions, now)
 	var verdicts []canary.Verdict
-	if wave, ok := canary.WaveToVerify(snap, status, c.decisions); ok {
+	if wave, ok := reading.WaveToVerify(); ok {
 		verdicts = c.tracer.traced(c.gates(wave)).Evaluate(c.tracer.WaveContext(ctx, key, status), wave, now)
 		if c.observe != nil {
 			c.observe(wave, verdicts, now)
@@ -400,7 +403,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	_, optedIn := ns.Annotations[canary.AnnotationTargetRevision]
 	refused := c.refusals.take(key)
 	d := canary.Decide(canary.Input{Snapshot: snap, Status: status, StatusErr: statusErr, Verdicts: verdicts,
-		WasOptedIn: c.optedIn.get(key), Refused: refused, Now: now, Config: c.decisions})
+		WasOptedIn: c.optedIn.get(key), Refused: refused, Now: now, Config: c.decisions, Reading: &reading})
 	if admission.err != nil {
 		// Decided without its peers: nothing of it is carried out.
 		c.refusals.add(key, refused)

@@ -135,8 +135,8 @@ func (c *Caches) holderNamespaces(byRevision map[string][]canary.HolderPod, root
 			}
 			h := canary.HolderNamespace{Name: ns.Name, Labels: ns.Labels}
 			if _, ok := ns.Annotations[canary.AnnotationTargetRevision]; ok {
-				h.Status, _, _ = canary.ParseStatus(ns.Annotations)
-				in := canary.PlanInput{Snapshot: canary.Snapshot{Namespace: canary.Namespace{Name: ns.Name, Labels: ns.Labels, Annotations: ns.Annotations}, Mesh: mesh}, Status: h.Status}
+				st, _, err := canary.ParseStatus(ns.Annotations)
+				in := canary.PlanInput{Snapshot: canary.Snapshot{Namespace: canary.Namespace{Name: ns.Name, Labels: ns.Labels, Annotations: ns.Annotations}, Mesh: mesh}, Status: st, StatusErr: err}
 				inputs[ns.Name] = in
 				light = append(light, in)
 			}

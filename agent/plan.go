@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
@@ -42,7 +43,7 @@ func PlanNow(ctx context.Context, client kubernetes.Interface, cfg Config) (Plan
 	}
 	var inputs []canary.PlanInput
 	snaps := map[string]canary.Snapshot{}
-	statuses := map[string]*canary.Status{}
+	dc, now := cfg.Decisions(), time.Now()
 	for _, ns := range nss {
 		if _, ok := ns.Annotations[canary.AnnotationTargetRevision]; !ok {
 			continue
@@ -51,21 +52,18 @@ func PlanNow(ctx context.Context, client kubernetes.Interface, cfg Config) (Plan
 		if err != nil {
 			return Plan{}, err
 		}
-		st, _, _ := canary.ParseStatus(ns.Annotations)
-		inputs = append(inputs, canary.PlanInput{Snapshot: snap, Status: st})
-		snaps[ns.Name], statuses[ns.Name] = snap, st
+		st, _, err := canary.ParseStatus(ns.Annotations)
+		reading := canary.Read(snap, st, err, dc, now)
+		inputs = append(inputs, canary.PlanInput{Snapshot: snap, Status: st, StatusErr: err, Reading: &reading})
+		snaps[ns.Name] = snap
 	}
-	dc := cfg.Decisions()
 	out := Plan{Namespaces: canary.PlanWaves(inputs, dc.Sizes)}
 	for _, p := range out.Namespaces {
 		byName := map[string]canary.Workload{}
 		for _, w := range snaps[p.Namespace].Workloads {
 			byName[w.Name] = w
 		}
-		first := 1
-		if st := statuses[p.Namespace]; st != nil && st.Target == p.Target && st.Wave > 0 {
-			first = st.Wave + 1
-		}
+		first := p.FirstWave()
 		for i, wave := range p.Waves {
 			for _, x := range wave {
 				out.Workloads = append(out.Workloads, PlannedWorkload{

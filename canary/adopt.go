@@ -4,194 +4,53 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 )
 
-// migrationOnRecord is what the Deployments' move records say about one
-// migration to a revision. The records are written in the same patch as
-// each restart, so they hold even when the namespace's status is lost,
-// edited, or older than the moves.
-type migrationOnRecord struct {
-	ID        string
-	StartedAt time.Time
-	// Forward and Back hold the workloads whose last record is a move of
-	// this migration to the target, or a rollback of one. The records are
-	// the workloads' own (parsedWorkload.record), never changed.
-	Forward, Back map[string]*MoveRecord
-	// LastWave is the highest wave of any of those records.
-	LastWave int
+// adopt rebuilds the status of a migration from its move records: a
+// rollback in progress when any workload's last record is a rollback (of
+// the last wave only, or of everything), else the last wave, judged again
+// with fresh timers. Earlier waves count as moved: a wave is only ever
+// started once the one before it passed.
+func (r *Reading) adopt(m migrationOnRecord, typ EventType, reason, why string) {
+	r.Status = r.rebuilt(r.Status, m)
+	r.Status.Reason = fmt.Sprintf("adopted from the Deployments' move records: %s", why)
+	r.Standing = StandingAdopted
+	r.event(typ, reason, fmt.Sprintf("%s; continuing migration %s at wave %d (%s)", why, m.ID, r.Status.Wave, strings.ToLower(string(r.Status.Phase))))
 }
 
-// migrationsOnRecord groups the namespace's move records by the migration
-// to targetRevision that wrote them, newest first.
-func migrationsOnRecord(set workloadSet, targetRevision string) []migrationOnRecord {
-	// byID holds each migration on record, nil for one to another target:
-	// an ID is parsed once, however many records name it.
-	byID := map[string]*migrationOnRecord{}
-	for _, w := range set {
-		r := w.record
-		if r == nil {
-			continue
-		}
-		m, seen := byID[r.Migration]
-		if !seen {
-			if rev, at, _ := ParseMigrationID(r.Migration); rev == targetRevision {
-				m = &migrationOnRecord{ID: r.Migration, StartedAt: at, Forward: map[string]*MoveRecord{}, Back: map[string]*MoveRecord{}}
-			}
-			byID[r.Migration] = m
-		}
-		if m == nil {
-			continue
-		}
-		if r.Rollback {
-			m.Back[w.Name] = r
-		} else {
-			m.Forward[w.Name] = r
-		}
-		m.LastWave = max(m.LastWave, r.Wave)
-	}
-	out := make([]migrationOnRecord, 0, len(byID))
-	for _, m := range byID {
-		if m != nil {
-			out = append(out, *m)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].StartedAt.After(out[j].StartedAt) })
-	return out
-}
-
-// recordConflict says why a status that started a migration cannot be
-// decided from, or "" when the records agree with it. The records win
-// when they show:
-//   - a newer migration to the same target;
-//   - forward moves of an older one while the status's own migration has
-//     none (a migration only ever starts fresh when there are none: it
-//     adopts them instead; once it has moves of its own, the older
-//     records are history);
-//   - a rollback the status does not know of (a status older than the
-//     rollback would send its members forward again).
-//
-// A rollback written before the status's retriedAt is history: the
-// workloads it returned are planned again by the retry. Forward moves of
-// the status's migration in a wave beyond the status's do not contradict
-// it: the plan judges them next (PlanNamespace), so a status that
-// regressed never lets them skip judgment.
-//
-// rev is the revision the namespace's target resolves to now ("" reads
-// st.TargetRevision). A status that ended (or is being undone) keeps the
-// revision its migration went to (keeps, from keepsRevision); when its
-// target (a tag) resolves elsewhere now, the status is about another
-// revision's migration and says nothing of this one's
-// records but when it started: only a migration to rev on record newer
-// than that contradicts it. Older records of rev (say, of a workload
-// skipped by the migrations since) are history, and adopting them would
-// start a migration nobody asked for, without admission.
-func recordConflict(set workloadSet, st *Status, rev string, keeps bool) (migrationOnRecord, string) {
-	if st == nil || st.MigrationID() == "" || st.Phase == PhaseStopped {
-		return migrationOnRecord{}, ""
-	}
-	if rev != "" && rev != st.TargetRevision {
-		if !keeps {
-			return migrationOnRecord{}, "" // a migration to elsewhere starts over (TargetChanged)
-		}
-		for _, m := range migrationsOnRecord(set, rev) {
-			if m.StartedAt.After(*st.StartedAt) {
-				return m, fmt.Sprintf("the move records show migration %s, newer than the status's %s", m.ID, st.MigrationID())
-			}
-		}
-		return migrationOnRecord{}, ""
-	}
-	ms := migrationsOnRecord(set, st.TargetRevision)
-	own := slices.ContainsFunc(ms, func(m migrationOnRecord) bool { return m.ID == st.MigrationID() })
-	for _, m := range ms {
-		switch {
-		case m.ID == st.MigrationID():
-			m = m.current(st.RetriedAt)
-			if st.Phase == PhaseRolledBack {
-				for _, w := range rollbackMembers(set, st) {
-					if w.forwardIn(st.MigrationID()) != nil {
-						return m, fmt.Sprintf("the move records show %s moved forward by migration %s, which the status says was rolled back", w.Name, m.ID)
-					}
-				}
-			}
-			if len(m.Back) > 0 && !st.knowsRollback() {
-				return m, fmt.Sprintf("the move records show a rollback of %s in migration %s, which the status (%s) does not know", strings.Join(slices.Sorted(maps.Keys(m.Back)), ", "), m.ID, st.Phase)
-			}
-		case m.StartedAt.After(*st.StartedAt):
-			return m, fmt.Sprintf("the move records show migration %s, newer than the status's %s", m.ID, st.MigrationID())
-		case len(m.Forward) > 0 && !own:
-			return m, fmt.Sprintf("the move records show moves of migration %s, which the status's %s does not know", m.ID, st.MigrationID())
-		}
-	}
-	return migrationOnRecord{}, ""
-}
-
-// current drops the rollbacks on record that a retry made history: those
-// from before retriedAt (when a person set the target again after the
-// migration ended), and those older than a forward move of the same
-// migration, which only a retry can have made after them. LastWave is that
-// of what is left.
-func (m migrationOnRecord) current(retriedAt *time.Time) migrationOnRecord {
-	var newestForward time.Time
-	for _, r := range m.Forward {
-		if r.At.After(newestForward) {
-			newestForward = r.At
-		}
-	}
-	out := m
-	out.Back, out.LastWave = map[string]*MoveRecord{}, 0
-	for name, r := range m.Back {
-		if (retriedAt == nil || r.At.After(*retriedAt)) && !r.At.Before(newestForward) {
-			out.Back[name] = r
-			out.LastWave = max(out.LastWave, r.Wave)
-		}
-	}
-	for _, r := range m.Forward {
-		out.LastWave = max(out.LastWave, r.Wave)
-	}
-	return out
-}
-
-// adoptRecords rebuilds the status of a migration from its move records:
-// a rollback in progress when any workload's last record is a rollback
-// (of the last wave only, or of everything), else the last wave, judged
-// again with fresh timers. Earlier waves count as moved: a wave is only
-// ever started once the one before it passed.
-func (d *decider) adoptRecords(m migrationOnRecord, typ EventType, reason, why string) {
+// rebuilt is the status of migration m to from's target, from its records.
+func (r *Reading) rebuilt(from *Status, m migrationOnRecord) *Status {
 	st := &Status{
-		Target: d.st.Target, TargetRevision: d.st.TargetRevision,
-		StartedAt: timePtr(m.StartedAt), Wave: m.LastWave, GatesSince: timePtr(d.now),
+		Target: from.Target, TargetRevision: from.TargetRevision,
+		StartedAt: timePtr(m.StartedAt), Wave: m.LastWave, GatesSince: timePtr(r.now),
 	}
-	st.SourceLabel, st.SourceRevision = d.sourceOnRecord(m)
-	if len(m.Back) > 0 {
-		st.Phase, st.WaveState, st.Rollback = PhaseRollingBack, WaveRollingBack, RollbackWave
-		// The scope is what the records say (a record without one is of a
-		// wave rollback); a wave rollback returns its wave and any moves
-		// recorded after it, so it starts at the lowest wave on record.
-		low := m.LastWave
-		for _, r := range m.Back {
-			if r.Scope == RollbackAll {
-				st.Rollback = RollbackAll
-			}
-			low = min(low, r.Wave)
-		}
-		if st.Rollback == RollbackWave {
-			st.Wave = low
-		}
-	} else {
+	st.SourceLabel, st.SourceRevision = r.sourceOnRecord(m, from.TargetRevision)
+	if len(m.Back) == 0 {
 		st.Phase, st.WaveState = PhaseMigrating, WaveVerifying
-		d.adoptLastWave(st, m)
+		adoptLastWave(st, m)
+		return st
 	}
-	st.Reason = fmt.Sprintf("adopted from the Deployments' move records: %s", why)
-	d.st = st
-	d.event("", typ, reason, fmt.Sprintf("%s; continuing migration %s at wave %d (%s)", why, m.ID, st.Wave, strings.ToLower(string(st.Phase))))
-	d.requeue(soon)
+	st.Phase, st.WaveState, st.Rollback = PhaseRollingBack, WaveRollingBack, RollbackWave
+	// The scope is what the records say (a record without one is of a
+	// wave rollback); a wave rollback returns its wave and any moves
+	// recorded after it, so it starts at the lowest wave on record.
+	low := m.LastWave
+	for _, rec := range m.Back {
+		if rec.Scope == RollbackAll {
+			st.Rollback = RollbackAll
+		}
+		low = min(low, rec.Wave)
+	}
+	if st.Rollback == RollbackWave {
+		st.Wave = low
+	}
+	return st
 }
 
 // adoptLastWave puts the last forward wave of m back under test.
-func (d *decider) adoptLastWave(st *Status, m migrationOnRecord) {
+func adoptLastWave(st *Status, m migrationOnRecord) {
 	var started time.Time
 	for _, name := range slices.Sorted(maps.Keys(m.Forward)) {
 		r := m.Forward[name]
@@ -213,14 +72,14 @@ func (d *decider) adoptLastWave(st *Status, m migrationOnRecord) {
 
 // sourceOnRecord is the source a migration's records name: the label and
 // revision most of its moves came from (or rollbacks went to), else the
-// namespace's label.
-func (d *decider) sourceOnRecord(m migrationOnRecord) (string, string) {
+// namespace's label, else the revision most pods off the target run.
+func (r *Reading) sourceOnRecord(m migrationOnRecord, targetRevision string) (string, string) {
 	votes := map[[2]string]int{}
-	for _, r := range m.Forward {
-		votes[[2]string{r.SourceLabel, r.From}]++
+	for _, rec := range m.Forward {
+		votes[[2]string{rec.SourceLabel, rec.From}]++
 	}
-	for _, r := range m.Back {
-		votes[[2]string{r.SourceLabel, r.Revision}]++
+	for _, rec := range m.Back {
+		votes[[2]string{rec.SourceLabel, rec.Revision}]++
 	}
 	var best [2]string
 	for k, n := range votes {
@@ -237,47 +96,83 @@ func (d *decider) sourceOnRecord(m migrationOnRecord) (string, string) {
 		}
 		return best[0], best[1]
 	}
-	label := d.snap.Namespace.Labels[LabelRev]
-	if rev, ok := d.snap.Mesh.Resolve(label); ok && rev != d.st.TargetRevision {
+	snap := r.Snapshot
+	label := snap.Namespace.Labels[LabelRev]
+	if rev, ok := snap.Mesh.Resolve(label); ok && rev != targetRevision {
 		return label, rev
 	}
-	rev := d.podSourceRevision()
+	rev := podSourceRevision(snap.Workloads, targetRevision)
 	return rev, rev
 }
 
-// continueOnRecord resumes, instead of starting afresh, a migration to the
-// same target whose forward moves are on record: the one a removed and
-// re-added target, or a retry after a rollback, left behind. Its last
-// wave is judged again; the workloads it rolled back are planned again.
-func (d *decider) continueOnRecord() bool {
-	for _, m := range migrationsOnRecord(d.workloads, d.st.TargetRevision) {
+// podSourceRevision is the revision most injected pods run, other than the
+// target.
+func podSourceRevision(ws []Workload, targetRevision string) string {
+	count := map[string]int{}
+	for _, w := range ws {
+		for _, p := range w.Pods {
+			if p.Injected() && p.Revision != targetRevision {
+				count[p.Revision]++
+			}
+		}
+	}
+	best := ""
+	for _, rev := range slices.Sorted(maps.Keys(count)) {
+		if best == "" || count[rev] > count[best] {
+			best = rev
+		}
+	}
+	return best
+}
+
+// Continuation is a migration on record that a new migration to the same
+// target continues instead of starting afresh: the status it goes on
+// from, and the Event that says so.
+type Continuation struct {
+	Status *Status
+	Event  Event
+}
+
+// continuation finds, for st (a new migration's status, about to take its
+// first wave), a migration to the same target whose forward moves are on
+// record: the one a removed and re-added target, or a retry after a
+// rollback, left behind. Its last wave is judged again; the workloads it
+// rolled back are planned again. A rollback on record that no retry made
+// history goes on instead: the status is older than it. ok is false when
+// there is none.
+func (r *Reading) continuation(st *Status) (Continuation, bool) {
+	for _, m := range migrationsOnRecord(r.records(), st.TargetRevision) {
 		if len(m.Forward) == 0 {
 			continue
 		}
-		prev := *d.st
-		if cur := m.current(prev.RetriedAt); len(cur.Back) > 0 {
-			// A rollback on record that no retry made history: the
-			// status is older than it (nobody set the target again after
-			// it ended). The rollback goes on.
-			d.adoptRecords(cur, EventWarning, "StatusAdopted", fmt.Sprintf("the status (%s) does not know the rollback on record of migration %s", prev.Phase, m.ID))
-			return true
+		if cur := m.current(st.RetriedAt); len(cur.Back) > 0 {
+			why := fmt.Sprintf("the status (%s) does not know the rollback on record of migration %s", st.Phase, m.ID)
+			return r.continueWith(st, cur, EventWarning, "StatusAdopted", why), true
 		}
 		m.Back = nil
 		lastForward := 0
-		for _, r := range m.Forward {
-			lastForward = max(lastForward, r.Wave)
+		for _, rec := range m.Forward {
+			lastForward = max(lastForward, rec.Wave)
 		}
 		m.LastWave = lastForward
-		d.adoptRecords(m, EventNormal, "MigrationResumed", fmt.Sprintf("the Deployments carry moves of migration %s to %s", m.ID, d.st.TargetRevision))
-		d.st.Warnings, d.st.PausedSeconds, d.st.RetriedAt = prev.Warnings, prev.PausedSeconds, prev.RetriedAt
-		if prev.RetriedAt != nil && prev.RetriedAt.Before(m.StartedAt) {
+		c := r.continueWith(st, m, EventNormal, "MigrationResumed", fmt.Sprintf("the Deployments carry moves of migration %s to %s", m.ID, st.TargetRevision))
+		c.Status.Warnings, c.Status.PausedSeconds, c.Status.RetriedAt = st.Warnings, st.PausedSeconds, st.RetriedAt
+		if st.RetriedAt != nil && st.RetriedAt.Before(m.StartedAt) {
 			// A migration that started after the retry is the retry's
 			// own (a status from before it was restored): none of its
 			// rollbacks are from before the retry, and a retriedAt before
 			// startedAt is not a status meshwave reads back.
-			d.st.RetriedAt = nil
+			c.Status.RetriedAt = nil
 		}
-		return true
+		return c, true
 	}
-	return false
+	return Continuation{}, false
+}
+
+// continueWith is the continuation of st with migration m.
+func (r *Reading) continueWith(st *Status, m migrationOnRecord, typ EventType, reason, why string) Continuation {
+	next := r.rebuilt(st, m)
+	next.Reason = fmt.Sprintf("adopted from the Deployments' move records: %s", why)
+	ev := Event{Type: typ, Reason: reason, Message: cut(fmt.Sprintf("%s; continuing migration %s at wave %d (%s)", why, m.ID, next.Wave, strings.ToLower(string(next.Phase))), maxEventMessage)}
+	return Continuation{Status: next, Event: ev}
 }

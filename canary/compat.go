@@ -65,28 +65,28 @@ const DefaultSailGracePeriod = 30 * time.Second
 // compatWarnings are the resources that behave differently on the target,
 // for the workloads the plan moves: the warnings prechecks.strict turns
 // into a block.
-func (d *decider) compatWarnings(plan NamespacePlan, sourceRev string) []string {
-	moved := d.plannedWorkloads(plan)
+func compatWarnings(m *machine, plan NamespacePlan, sourceRev string) []string {
+	moved := plannedWorkloads(m, plan)
 	if len(moved) == 0 {
 		return nil
 	}
-	source := d.snap.Mesh.Revisions[sourceRev]
+	source := m.snap().Mesh.Revisions[sourceRev]
 	source.Name = sourceRev
-	target := d.snap.Mesh.Revisions[d.st.TargetRevision]
-	target.Name = d.st.TargetRevision
+	target := m.snap().Mesh.Revisions[m.st.TargetRevision]
+	target.Name = m.st.TargetRevision
 	var out []string
-	out = append(out, envoyFilterWarnings(d.snap.Compat.EnvoyFilters, moved, source, target)...)
-	out = append(out, telemetryWarnings(d.snap.Compat.Telemetries, moved, d.snap.Workloads)...)
-	out = append(out, sailWarnings(d.snap.Compat.SailIstios, len(plan.Waves), sourceRev, d.cfg)...)
+	out = append(out, envoyFilterWarnings(m.snap().Compat.EnvoyFilters, moved, source, target)...)
+	out = append(out, telemetryWarnings(m.snap().Compat.Telemetries, moved, m.snap().Workloads)...)
+	out = append(out, sailWarnings(m.snap().Compat.SailIstios, len(plan.Waves), sourceRev, m.cfg)...)
 	return out
 }
 
 // plannedWorkloads are the workloads of the plan's waves.
-func (d *decider) plannedWorkloads(plan NamespacePlan) []Workload {
+func plannedWorkloads(m *machine, plan NamespacePlan) []Workload {
 	var out []Workload
 	for _, wave := range plan.Waves {
 		for _, p := range wave {
-			if w, ok := d.workloads.find(p.Name); ok {
+			if w, ok := m.workloads().find(p.Name); ok {
 				out = append(out, *w.Workload)
 			}
 		}
@@ -287,14 +287,14 @@ func sailWarnings(istios []SailIstio, waves int, sourceRev string, cfg Config) [
 // downgrade says why moving from source to target is a downgrade that the
 // namespace has not allowed ("" when it is not one, or is allowed), and
 // notes an allowed one.
-func (d *decider) downgrade(sourceRev string) (reason, note string) {
-	src, tgt := d.snap.Mesh.Revisions[sourceRev], d.snap.Mesh.Revisions[d.st.TargetRevision]
+func downgrade(m *machine, sourceRev string) (reason, note string) {
+	src, tgt := m.snap().Mesh.Revisions[sourceRev], m.snap().Mesh.Revisions[m.st.TargetRevision]
 	cmp, ok := CompareVersions(tgt.ProxyVersion, src.ProxyVersion)
 	if !ok || cmp >= 0 {
 		return "", ""
 	}
-	what := fmt.Sprintf("%s's proxy (%s, from %s) is older than %s's (%s, from %s)", d.st.TargetRevision, tgt.ProxyVersion, tgt.VersionFrom, sourceRev, src.ProxyVersion, src.VersionFrom)
-	if d.settings.AllowDowngrade {
+	what := fmt.Sprintf("%s's proxy (%s, from %s) is older than %s's (%s, from %s)", m.st.TargetRevision, tgt.ProxyVersion, tgt.VersionFrom, sourceRev, src.ProxyVersion, src.VersionFrom)
+	if m.settings.AllowDowngrade {
 		return "", fmt.Sprintf("a downgrade, allowed by %s=true: %s", AnnotationAllowDowngrade, what)
 	}
 	return fmt.Sprintf("%s: a downgrade; set %s=true on the namespace to allow it", what, AnnotationAllowDowngrade), ""

@@ -119,13 +119,13 @@ func ordinal(pod string) int {
 // expect is on record for this wave, unless the move did not pass its
 // wave (an outcome on its record) or the workload now carries
 // meshwave.io/skip.
-func (d *decider) evictions(members []parsedWorkload, expect string, rollback bool) {
+func evictions(m *machine, members []parsedWorkload, expect string, rollback bool) {
 	for _, w := range members {
 		if !w.OnDelete && (!rollback || w.KindOf() != KindStatefulSet) {
 			continue
 		}
 		r := w.record
-		if r == nil || r.Migration != d.st.MigrationID() || r.Rollback != rollback || r.Revision != expect || r.Outcome != "" {
+		if r == nil || r.Migration != m.st.MigrationID() || r.Rollback != rollback || r.Revision != expect || r.Outcome != "" {
 			continue
 		}
 		if w.settings.Skip {
@@ -145,13 +145,13 @@ func (d *decider) evictions(members []parsedWorkload, expect string, rollback bo
 		if !w.OnDelete {
 			msg = fmt.Sprintf("evicting pod %s of %s: it never got ready, and its controller rolls nothing back to %s while it waits for it", pod.Name, describe(w.Name), expect)
 		}
-		d.out.Evictions = append(d.out.Evictions, Eviction{Workload: w.Name, Pod: pod.Name, UID: pod.UID, Message: msg})
+		m.out.Evictions = append(m.out.Evictions, Eviction{Workload: w.Name, Pod: pod.Name, UID: pod.UID, Message: msg})
 		// Each pod's replacement shows in the status: one write per pod,
 		// which also fences the eviction with the namespace's
 		// resourceVersion, as every restart is.
-		for i := range d.st.Workloads {
-			if d.st.Workloads[i].Name == w.Name {
-				d.st.Workloads[i].Reason = fmt.Sprintf("%d of %d pods replaced; evicting %s", replaced, w.Replicas, pod.Name)
+		for i := range m.st.Workloads {
+			if m.st.Workloads[i].Name == w.Name {
+				m.st.Workloads[i].Reason = fmt.Sprintf("%d of %d pods replaced; evicting %s", replaced, w.Replicas, pod.Name)
 			}
 		}
 	}

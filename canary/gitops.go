@@ -229,12 +229,12 @@ func (s *Status) warn(prefix, text string) {
 // gitopsWarnings are the precheck's warnings about GitOps owners: of the
 // namespace, whose istio.io/rev label meshwave switches, and of the
 // workloads the plan moves, whose templates gain meshwave's keys.
-func (d *decider) gitopsWarnings(plan NamespacePlan) []string {
+func gitopsWarnings(m *machine, plan NamespacePlan) []string {
 	var out []string
-	ns := d.snap.Namespace
+	ns := m.snap().Namespace
 	if o, ok := OwnerOf(ns.Labels, ns.Annotations); ok {
 		out = append(out, fmt.Sprintf("namespace %s is applied by %s: if its %s label is in git, a sync switches it back to %s after meshwave switches it. Hand the label over: set %s=%s in git and let meshwave run the waves, or %s",
-			ns.Name, o, LabelRev, ns.Labels[LabelRev], LabelRev, d.st.Target, handOver(o, true, "/metadata/labels/istio.io~1rev")))
+			ns.Name, o, LabelRev, ns.Labels[LabelRev], LabelRev, m.st.Target, handOver(o, true, "/metadata/labels/istio.io~1rev")))
 	}
 	inPlan := map[string]bool{}
 	for _, w := range plan.Waves {
@@ -244,7 +244,7 @@ func (d *decider) gitopsWarnings(plan NamespacePlan) []string {
 	}
 	byOwner := map[GitOpsOwner][]string{}
 	var owners []GitOpsOwner
-	for _, w := range d.workloads {
+	for _, w := range m.workloads() {
 		o, ok := OwnerOf(w.Labels, w.Annotations)
 		if !ok || !inPlan[w.Name] {
 			continue
@@ -271,20 +271,23 @@ func (d *decider) gitopsWarnings(plan NamespacePlan) []string {
 // workloads' templates. Each is an Event, a status warning and a metric
 // naming the owner; nothing is restarted because of it. It reports
 // whether it paused the migration.
-func (d *decider) watchReverts() bool {
-	migration := d.st.MigrationID() // formatted once, not per workload
-	for _, w := range d.workloads {
-		d.templateReverted(w, migration)
+func watchReverts(m *machine) bool {
+	if m.st.Wave == 0 || m.st.Phase == PhaseBlocked {
+		return false
 	}
-	return d.labelReverted()
+	migration := m.st.MigrationID() // formatted once, not per workload
+	for _, w := range m.workloads() {
+		templateReverted(m, w, migration)
+	}
+	return labelReverted(m)
 }
 
 // templateReverted reports a workload whose template lost the restart
 // stamp of a forward move of this migration (passed or in flight) while
 // its move record stayed: a sync put back the template from git. The
 // move counts as made; meshwave does not restart it again.
-func (d *decider) templateReverted(w parsedWorkload, migration string) {
-	st := d.st
+func templateReverted(m *machine, w parsedWorkload, migration string) {
+	st := m.st
 	r := w.movedIn(migration)
 	if r == nil {
 		return
@@ -309,15 +312,15 @@ func (d *decider) templateReverted(w parsedWorkload, migration string) {
 		// decision, each time making room by dropping another one (a
 		// status write, Events and a metric each time, for ever). Those
 		// beyond the list are reported together, once.
-		d.templatesUnlisted()
+		templatesUnlisted(m)
 		return
 	}
-	st.noteRevert(w.Name, o.ID(), d.now)
+	st.noteRevert(w.Name, o.ID(), m.now)
 	msg := fmt.Sprintf("%s's template no longer carries the %s stamp of its move to %s in wave %d (%s): %s put its template back, and with it took out the persisted sidecar settings. Its pods stay on the revision %s gives them; meshwave does not restart it again. %s.",
 		describe(w.Name), AnnotationRestartedAt, r.Revision, r.Wave, r.At.UTC().Format(time.RFC3339), o, LabelRev, capitalized(handOver(o, true, "meshwave's keys")))
-	d.event(w.Name, EventWarning, "TemplateReverted", msg)
+	m.event(w.Name, EventWarning, "TemplateReverted", msg)
 	st.warn(describe(w.Name)+"'s template", msg)
-	d.out.Reverts = append(d.out.Reverts, RevertSeen{Kind: RevertTemplate, Owner: o.ID()})
+	m.out.Reverts = append(m.out.Reverts, RevertSeen{Kind: RevertTemplate, Owner: o.ID()})
 }
 
 // templatesUnlistedWarning is the warning about the reverted templates the
@@ -327,12 +330,12 @@ var templatesUnlistedWarning = fmt.Sprintf("more moved workloads' templates were
 	maxReverts, AnnotationRestartedAt)
 
 // templatesUnlisted reports, once, that reverted templates go unlisted.
-func (d *decider) templatesUnlisted() {
-	if slices.Contains(d.st.Warnings, templatesUnlistedWarning) {
+func templatesUnlisted(m *machine) {
+	if slices.Contains(m.st.Warnings, templatesUnlistedWarning) {
 		return
 	}
-	d.st.warn(templatesUnlistedWarning, templatesUnlistedWarning)
-	d.event("", EventWarning, "TemplateReverted", templatesUnlistedWarning)
+	m.st.warn(templatesUnlistedWarning, templatesUnlistedWarning)
+	m.event("", EventWarning, "TemplateReverted", templatesUnlistedWarning)
 }
 
 // capitalized starts s with a capital letter.
@@ -358,51 +361,51 @@ func memberReverted(w Workload, waveStart *time.Time) bool {
 // the value meshwave owns: it is put back, up to labelRevertLimit times in
 // a row; then meshwave stops fighting, leaves the label and pauses the
 // migration with the reason. It reports whether it paused.
-func (d *decider) labelReverted() bool {
-	st, prev := d.st, d.in.Status
+func labelReverted(m *machine) bool {
+	st, prev := m.st, m.r.Recorded
 	if prev == nil {
 		return false
 	}
 	owned := prev.ownedLabel()
-	current, has := d.snap.Namespace.Labels[LabelRev]
+	current, has := m.snap().Namespace.Labels[LabelRev]
 	if owned == "" || owned != st.ownedLabel() || current == owned {
 		return false
 	}
-	ns := d.snap.Namespace
+	ns := m.snap().Namespace
 	object := "Namespace/" + ns.Name
 	if r := st.revert(object); r != nil && r.Count >= labelRevertLimit {
 		return false // given up: reported when it was
 	}
 	o, owned2 := OwnerOf(ns.Labels, ns.Annotations)
-	r := st.noteRevert(object, o.ID(), d.now)
+	r := st.noteRevert(object, o.ID(), m.now)
 	now := fmt.Sprintf("%s=%s", LabelRev, current)
 	if !has {
 		now = "no " + LabelRev
 	}
 	who := ownerOrSomeone(o, owned2)
 	hand := fmt.Sprintf("hand the label over: set %s=%s in git and let meshwave run the waves, or %s", LabelRev, owned, handOver(o, owned2, "/metadata/labels/istio.io~1rev"))
-	d.out.Reverts = append(d.out.Reverts, RevertSeen{Kind: RevertLabel, Owner: o.ID()})
+	m.out.Reverts = append(m.out.Reverts, RevertSeen{Kind: RevertLabel, Owner: o.ID()})
 	if r.Count < labelRevertLimit {
 		msg := fmt.Sprintf("namespace %s carries %s while meshwave owns its label at %s; it is applied by %s. Put back to %s (%d of %d times before meshwave stops and pauses); %s",
 			ns.Name, now, owned, who, owned, r.Count, labelRevertLimit, hand)
-		d.event("", EventWarning, "LabelReverted", msg)
+		m.event("", EventWarning, "LabelReverted", msg)
 		st.warn(LabelRev+" on namespace", msg)
 		return false
 	}
 	reason := fmt.Sprintf("%s on namespace %s was switched away from %s %d times by %s: meshwave leaves it at %s rather than fight, and pods created now get that revision; %s, then remove %s",
 		LabelRev, ns.Name, owned, r.Count, who, current, hand, AnnotationPaused)
-	d.event("", EventWarning, "LabelReverted", reason)
+	m.event("", EventWarning, "LabelReverted", reason)
 	st.warn(LabelRev+" on namespace", reason)
 	switch {
 	case st.Phase == PhaseMigrating || st.Phase == PhaseAnalyzing || st.Phase == PhaseRollingBack:
-		d.pause("wave " + fmt.Sprint(st.Wave) + " paused: " + reason)
+		pause(m, "wave "+fmt.Sprint(st.Wave)+" paused: "+reason)
 		return true
 	case st.Phase == PhaseBlocked && slices.Contains([]Phase{PhaseMigrating, PhaseAnalyzing, PhaseRollingBack}, st.BlockedPhase):
 		// Blocked half-way: the migration the block holds resumes
 		// paused, not with a label it no longer puts back.
 		blocked := *st
 		st.Phase = st.BlockedPhase
-		d.pause("wave " + fmt.Sprint(st.Wave) + " paused: " + reason)
+		pause(m, "wave "+fmt.Sprint(st.Wave)+" paused: "+reason)
 		st.BlockedPhase, st.Phase, st.Reason = st.Phase, PhaseBlocked, blocked.Reason
 	}
 	return false
@@ -445,8 +448,8 @@ func validReverts(rs []Revert) error {
 // reported: once a person resumed the namespace after the report, it is
 // moved again, with an Event that says so. ok is false when the revert
 // was not reported in this wave yet.
-func (d *decider) moveAgain(w Workload) (issued, ok bool) {
-	st := d.st
+func moveAgain(m *machine, w Workload) (issued, ok bool) {
+	st := m.st
 	r := st.revert(w.Name)
 	if r == nil {
 		// More members than the list holds were undone whole: the wave's
@@ -465,31 +468,31 @@ func (d *decider) moveAgain(w Workload) (issued, ok bool) {
 	if st.GatesSince == nil || !r.At.Before(*st.GatesSince) {
 		return false, true // reported; the pause waits for a person
 	}
-	rec := MoveRecord{Revision: st.TargetRevision, From: st.SourceRevision, SourceLabel: st.sourceLabelOnRecord(), Wave: st.Wave, At: d.now, Migration: st.MigrationID()}
-	d.addMove(w, rec, fmt.Sprintf("moving to %s in wave %d a second time: its first move was undone (reported at %s) and the namespace was resumed since",
+	rec := MoveRecord{Revision: st.TargetRevision, From: st.SourceRevision, SourceLabel: st.sourceLabelOnRecord(), Wave: st.Wave, At: m.now, Migration: st.MigrationID()}
+	addMove(m, w, rec, fmt.Sprintf("moving to %s in wave %d a second time: its first move was undone (reported at %s) and the namespace was resumed since",
 		st.TargetRevision, st.Wave, r.At.UTC().Format(time.RFC3339)))
 	return true, true
 }
 
 // memberRevertReported reports a member of the wave in flight whose move
 // was undone whole (template and record), and returns the pause's reason.
-func (d *decider) memberRevertReported(w Workload) string {
-	st := d.st
+func memberRevertReported(m *machine, w Workload) string {
+	st := m.st
 	o, owned := OwnerOf(w.Labels, w.Annotations)
 	// The wave's entry first: it stays while member entries come and go,
 	// so a member whose own entry is pushed out is still known as
 	// reported, and one resume moves every member again.
-	if wr := st.revert(waveRevertObject(st.Wave)); wr == nil || wr.At.Before(d.now) {
-		st.noteRevert(waveRevertObject(st.Wave), o.ID(), d.now)
+	if wr := st.revert(waveRevertObject(st.Wave)); wr == nil || wr.At.Before(m.now) {
+		st.noteRevert(waveRevertObject(st.Wave), o.ID(), m.now)
 	}
-	st.noteRevert(w.Name, o.ID(), d.now)
+	st.noteRevert(w.Name, o.ID(), m.now)
 	who := ownerOrSomeone(o, owned)
 	msg := fmt.Sprintf("%s was restarted in wave %d (a ReplicaSet carries its stamp %s), then %s put its template back and removed its %s record: meshwave does not restart it again on its own. %s; then remove %s to move it again, or set %s on it",
 		describe(w.Name), st.Wave, w.RolledOutRestart.UTC().Format(time.RFC3339), who, AnnotationMove,
 		capitalized(handOver(o, owned, "meshwave's keys")), AnnotationPaused, AnnotationSkip)
-	d.event(w.Name, EventWarning, "TemplateReverted", msg)
+	m.event(w.Name, EventWarning, "TemplateReverted", msg)
 	st.warn(describe(w.Name)+"'s template", msg)
-	d.out.Reverts = append(d.out.Reverts, RevertSeen{Kind: RevertTemplate, Owner: o.ID()})
+	m.out.Reverts = append(m.out.Reverts, RevertSeen{Kind: RevertTemplate, Owner: o.ID()})
 	return fmt.Sprintf("the move of %s was undone by %s", describe(w.Name), who)
 }
 

@@ -296,9 +296,11 @@ type classifier struct {
 // planIndex is a namespace's plan and status, by workload ID.
 type planIndex struct {
 	plan *NamespacePlan
-	// st is the status when it belongs to the plan's target, or is being
-	// rolled back (its rollback goes first); nil otherwise.
+	// st is the status the namespace's decision goes on from, when it is
+	// of a migration under way or ended (not a new one); undoing says it
+	// is being rolled back, or asked to be, first.
 	st        *Status
+	undoing   bool
 	wave      map[string]int
 	members   map[string]string
 	moved     map[string]bool
@@ -320,9 +322,11 @@ func (c *classifier) index(ns string) *planIndex {
 	p := n.Plan
 	ix := &planIndex{plan: p, wave: map[string]int{}, members: map[string]string{}, moved: map[string]bool{},
 		failed: map[string]bool{}, excluded: map[string]string{}, firstWave: 1}
-	st := n.Status
-	if st != nil && (st.Target == p.Target && (st.TargetRevision == p.TargetRevision || st.keepsRevision()) || st.undoing()) {
-		ix.st = st
+	if st := p.status; st != nil {
+		// The status the namespace's decision goes on from: its own
+		// migration's (or one rebuilt from the records), or one being
+		// rolled back before a new target.
+		ix.st, ix.undoing = st, p.undoing
 		for _, m := range st.Workloads {
 			ix.members[m.Name] = m.State
 		}
@@ -418,7 +422,7 @@ func (c *classifier) classifyMoved(h *Holder) {
 		// tag names now.
 		target = st.TargetRevision
 	}
-	if st != nil && (st.Phase == PhaseRollingBack || st.Phase == PhasePaused && st.WaveState == WaveRollingBack) {
+	if st != nil && ix.undoing {
 		// Away from the target, back to the source: whichever this is.
 		h.Code, h.Reason = ReasonRollingBack, fmt.Sprintf("namespace %s is rolling back to %s", h.Namespace, st.SourceRevision)
 		h.State = HolderCannot

@@ -81,6 +81,22 @@ type NamespacePlan struct {
 	Waves [][]Planned
 	// Excluded are the workloads left out, with the reason.
 	Excluded []Exclusion
+	// status is the status the namespace's decision goes on from (Read),
+	// when it is of a migration under way or ended, not a new one; undoing
+	// says that migration is being rolled back, or asked to be, first.
+	// firstWave is the number of the plan's first wave.
+	status    *Status
+	undoing   bool
+	firstWave int
+}
+
+// FirstWave is the number of the plan's first wave: the one after the
+// wave in flight of the migration under way, else 1.
+func (p NamespacePlan) FirstWave() int {
+	if p.firstWave == 0 {
+		return 1
+	}
+	return p.firstWave
 }
 
 // Remaining counts the workloads of the waves still to run.
@@ -226,44 +242,68 @@ func planNamespace(ns string, set workloadSet, targetRevision, migration string,
 	return plan
 }
 
+// planRemaining plans what a migration in status st has left: every
+// workload not yet moved by it, in waves, without the members of the wave
+// in flight. Both the engine and `meshwave plan` use it.
+func planRemaining(ns string, set workloadSet, st *Status, sizes WaveSizes) NamespacePlan {
+	p := planNamespace(ns, set, st.TargetRevision, st.MigrationID(), st.Wave, sizes)
+	if len(st.Workloads) == 0 {
+		return p
+	}
+	// A planned workload can be a member only if its meshwave.io/wave
+	// value is a member's: comparing the values first spares hashing the
+	// name of every workload of a large plan.
+	members, values := map[string]bool{}, map[int]bool{}
+	for _, m := range st.Workloads {
+		members[m.Name] = true
+		if w, ok := set.find(m.Name); ok {
+			values[w.settings.Wave] = true
+		}
+	}
+	member := func(x Planned) bool { return values[x.Group] && members[x.Name] }
+	var waves [][]Planned
+	for _, w := range p.Waves {
+		// Only a wave that holds members is copied, without them.
+		if slices.ContainsFunc(w, member) {
+			w = slices.DeleteFunc(slices.Clone(w), member)
+		}
+		if len(w) > 0 {
+			waves = append(waves, w)
+		}
+	}
+	p.Waves = waves
+	return p
+}
+
 // PlanInput is one opted-in namespace for PlanWaves.
 type PlanInput struct {
 	Snapshot Snapshot
-	// Status is the namespace's recorded status, if any.
-	Status *Status
+	// Status is the namespace's recorded status, if any; StatusErr why it
+	// could not be read.
+	Status    *Status
+	StatusErr error
+	// Reading, when set, is Read of the above, as the caller's decisions
+	// read it (with its configuration and clock): the plan is made from
+	// it. Nil: PlanWaves reads them with the wave sizes it is given.
+	Reading *Reading
 }
 
 // PlanWaves plans every opted-in namespace, in the order they migrate:
-// meshwave.io/priority, then name, with the engine's own planner: what a
-// migration under way has left, without the wave in flight. Namespaces whose annotations are invalid
-// or whose target resolves to nothing get a plan with no waves and the
-// problem as an exclusion of the whole namespace.
+// meshwave.io/priority, then name, with the engine's own planner and the
+// engine's own reading of each migration (Read): what the migration under
+// way has left, without the wave in flight, or all of a new one.
+// Namespaces whose input is invalid or whose target resolves to nothing
+// get a plan with no waves and the problem as an exclusion of the whole
+// namespace.
 func PlanWaves(inputs []PlanInput, sizes WaveSizes) []NamespacePlan {
 	var plans []NamespacePlan
 	for _, in := range inputs {
-		s := in.Snapshot
-		settings, errs := ParseNamespace(s.Namespace.Name, s.Namespace.Annotations)
-		plan := NamespacePlan{Namespace: s.Namespace.Name, Priority: settings.Priority, Target: settings.Target}
-		if len(errs) > 0 {
-			plan.Excluded = []Exclusion{{Workload: "*", Reason: errs[0].Error()}}
-			plans = append(plans, plan)
-			continue
+		r := in.Reading
+		if r == nil {
+			read := Read(in.Snapshot, in.Status, in.StatusErr, Config{Sizes: sizes}, time.Time{})
+			r = &read
 		}
-		rev, ok := s.Mesh.Resolve(settings.Target)
-		if !ok {
-			plan.Excluded = []Exclusion{{Workload: "*", Reason: unresolvedTarget(s.Namespace.Name, settings.Target).Error()}}
-			plans = append(plans, plan)
-			continue
-		}
-		st := &Status{Target: settings.Target, TargetRevision: rev}
-		if in.Status != nil && in.Status.Target == settings.Target && in.Status.TargetRevision == rev && !terminal(in.Status.Phase) {
-			st = in.Status
-		}
-		set, _ := parseWorkloads(s.Workloads)
-		p := planRemaining(s.Namespace.Name, set, st, sizes)
-		p.TargetRevision = rev
-		p.Priority, p.Target = settings.Priority, settings.Target
-		plans = append(plans, p)
+		plans = append(plans, planOf(r, sizes))
 	}
 	sort.SliceStable(plans, func(i, j int) bool {
 		if plans[i].Priority != plans[j].Priority {
@@ -272,6 +312,31 @@ func PlanWaves(inputs []PlanInput, sizes WaveSizes) []NamespacePlan {
 		return plans[i].Namespace < plans[j].Namespace
 	})
 	return plans
+}
+
+// planOf plans one namespace from its reading.
+func planOf(r *Reading, sizes WaveSizes) NamespacePlan {
+	ns, settings := r.Snapshot.Namespace.Name, r.Settings
+	plan := NamespacePlan{Namespace: ns, Priority: settings.Priority, Target: settings.Target, firstWave: 1}
+	if r.Standing != StandingNew {
+		plan.status, plan.undoing = r.Status, r.Undoing
+	}
+	if len(r.Errors) > 0 {
+		plan.Excluded = []Exclusion{{Workload: "*", Reason: r.Errors[0].Error()}}
+		return plan
+	}
+	st := &Status{Target: settings.Target, TargetRevision: r.Revision}
+	if rs := r.Status; !r.Retargeted && rs.Target == settings.Target && rs.TargetRevision == r.Revision && !terminal(rs.Phase) {
+		st = rs
+	}
+	p := planRemaining(ns, r.records(), st, sizes)
+	p.TargetRevision = r.Revision
+	p.Priority, p.Target = settings.Priority, settings.Target
+	p.status, p.undoing, p.firstWave = plan.status, plan.undoing, 1
+	if st.Wave > 0 {
+		p.firstWave = st.Wave + 1
+	}
+	return p
 }
 
 func unresolvedTarget(ns, target string) InputError {

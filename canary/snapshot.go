@@ -2,7 +2,6 @@ package canary
 
 import (
 	"encoding/json"
-	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -174,88 +173,6 @@ type Peer struct {
 	Phase    Phase
 	// HoldsSlot is true while it counts against the concurrency limit.
 	HoldsSlot bool
-}
-
-// PeerOf reads another namespace's place in the queue from its
-// annotations; ok is false when it has not opted in. A namespace with a
-// status about another target waits as Pending, and so does one with no
-// status and no move records.
-//
-// A status of another target counts while its migration is being rolled
-// back, or was asked to be (undoing): that rollback is done first.
-//
-// A peer holds its slot, besides while its status says so, whenever it may
-// be half-way through a migration its own next reconcile continues without
-// asking Admit (adoption never does): its status cannot be read; it is
-// gone while its workloads carry move records; or the records contradict
-// the status it has (a status of a migration that ended, restored over the
-// records of a newer one), as the namespace's own decision reads them
-// (recordConflict, with the target resolved by resolve), so that it holds
-// its slot exactly until that decision has rebuilt the status. A nil
-// resolve reads the status's own target revision. workloads returns the
-// namespace's workloads (their names, Paused, and annotations or Facts are
-// read); it is called only when the annotations do not settle the answer,
-// and a namespace whose workloads cannot be read holds its slot: the
-// careful answer.
-func PeerOf(name string, annotations map[string]string, resolve func(string) (string, bool), workloads func() ([]Workload, error)) (Peer, bool) {
-	if _, ok := annotations[AnnotationTargetRevision]; !ok {
-		return Peer{}, false
-	}
-	settings, _ := ParseNamespace(name, annotations)
-	p := Peer{Name: name, Priority: settings.Priority, Phase: PhasePending}
-	st, ok, err := ParseStatus(annotations)
-	switch {
-	case err != nil:
-		p.HoldsSlot = true
-	case !ok:
-		p.HoldsSlot = recordsSay(workloads, func(set workloadSet) bool {
-			return slices.ContainsFunc(set, func(w parsedWorkload) bool { return w.record != nil })
-		})
-	case rollsBackFirst(st, settings):
-		// Its rollback is done first, on the slot it holds.
-		p.Phase, p.HoldsSlot = st.Phase, st.HoldsSlot()
-	case st.Target == settings.Target:
-		p.Phase, p.HoldsSlot = st.Phase, st.HoldsSlot()
-		if p.HoldsSlot || st.Phase == PhaseStopped {
-			break
-		}
-		// As the decision reads it: the target resolved now. A status
-		// that keeps its revision (keepsRevision: it ended, or is being
-		// undone) is contradicted only by a newer migration to the tag's
-		// revision now; a forward migration to another revision starts
-		// over, which Admit decides (recordConflict).
-		decided, rev := *st, ""
-		if resolve != nil {
-			var resolved bool
-			if rev, resolved = resolve(settings.Target); !resolved {
-				break
-			}
-			if decided.TargetRevision == "" {
-				decided.TargetRevision = rev
-			}
-		}
-		if decided.MigrationID() != "" {
-			p.HoldsSlot = recordsSay(workloads, func(set workloadSet) bool {
-				_, why := recordConflict(set, &decided, rev, keepsRevision(&decided, settings))
-				return why != ""
-			})
-		}
-	}
-	return p, true
-}
-
-// recordsSay parses the workloads and asks test of them: false when there
-// are none to read, true when they cannot be read.
-func recordsSay(workloads func() ([]Workload, error), test func(workloadSet) bool) bool {
-	if workloads == nil {
-		return false
-	}
-	ws, err := workloads()
-	if err != nil {
-		return true
-	}
-	set, _ := parseWorkloads(ws)
-	return test(set)
 }
 
 // sidecarStatus is the part of Istio's sidecar.istio.io/status meshwave reads.

@@ -34,58 +34,43 @@ type WaveWorkload struct {
 
 // WaveToVerify returns the wave whose gates should be evaluated now, if
 // any: a wave being verified or rolled back whose every member has been
-// patched. While patches are outstanding, it returns false.
+// patched. While patches are outstanding, it returns false. It reads the
+// namespace first (Read); a caller that has read it uses
+// Reading.WaveToVerify.
 func WaveToVerify(snap Snapshot, st *Status, cfg Config) (WaveUnderTest, bool) {
-	if st == nil || st.GatesSince == nil {
+	return Read(snap, st, nil, cfg, time.Time{}).WaveToVerify()
+}
+
+// WaveToVerify returns the wave of the status the decision goes on from
+// whose gates should be evaluated now, if any: a wave being verified or
+// rolled back whose every member has been patched. None while patches are
+// outstanding, while a rollback asked waits to be taken, or when the
+// status was rebuilt from the move records (the decision writes that
+// first).
+func (r Reading) WaveToVerify() (WaveUnderTest, bool) {
+	st := r.Status
+	if !r.OptedIn || r.Standing != StandingKept || st == nil || st.GatesSince == nil {
 		return WaveUnderTest{}, false
 	}
-	if _, ok := snap.Namespace.Annotations[AnnotationRollback]; ok {
+	if _, ok := r.Snapshot.Namespace.Annotations[AnnotationRollback]; ok {
 		return WaveUnderTest{}, false
 	}
-	set, _ := parseWorkloads(snap.Workloads)
-	if _, why := recordConflict(set, st, "", false); why != "" {
-		// The decision rebuilds the status from the records first.
-		return WaveUnderTest{}, false
-	}
-	cfg = cfg.WithDefaults()
+	set, cfg := r.records(), r.cfg
 	out := WaveUnderTest{
-		Namespace: snap.Namespace.Name, Wave: st.Wave,
+		Namespace: r.Snapshot.Namespace.Name, Wave: st.Wave,
 		TargetRevision: st.TargetRevision, SourceRevision: st.SourceRevision,
 		GatesSince: *st.GatesSince,
 	}
 	if st.Analysis != nil {
 		out.Analysis = *st.Analysis
 	}
-	var members []parsedWorkload
-	switch {
-	case (st.Phase == PhaseMigrating || st.Phase == PhaseAnalyzing) && st.WaveState == WaveVerifying:
-		out.Expect = st.TargetRevision
-		for _, m := range st.Workloads {
-			if m.State != StateMoving {
-				continue
-			}
-			w, ok := set.find(m.Name)
-			if !ok {
-				return WaveUnderTest{}, false
-			}
-			if w.movedIn(st.MigrationID()) == nil {
-				return WaveUnderTest{}, false
-			}
-			members = append(members, w)
-		}
-	case st.Phase == PhaseRollingBack && st.WaveState == WaveRollingBack:
-		out.Expect, out.Rollback = st.SourceRevision, true
-		members = rollbackMembers(set, st)
-		for _, w := range members {
-			if w.rolledBackIn(st.MigrationID()) == nil {
-				return WaveUnderTest{}, false
-			}
-		}
-	default:
+	members, ok := waveMembers(set, st)
+	if !ok || len(members) == 0 {
 		return WaveUnderTest{}, false
 	}
-	if len(members) == 0 {
-		return WaveUnderTest{}, false
+	out.Expect, out.Rollback = st.TargetRevision, false
+	if st.Phase == PhaseRollingBack {
+		out.Expect, out.Rollback = st.SourceRevision, true
 	}
 	for _, w := range members {
 		// Every member carries a record: of this move, or of this rollback.
@@ -98,4 +83,34 @@ func WaveToVerify(snap Snapshot, st *Status, cfg Config) (WaveUnderTest, bool) {
 		out.Workloads = append(out.Workloads, WaveWorkload{Workload: *w.Workload, Record: rec, Deadline: start.Add(timeout), Timeout: timeout})
 	}
 	return out, true
+}
+
+// waveMembers are the members of the wave under test, once every one
+// carries the record of its move (or, rolling back, of its rollback);
+// ok is false while one does not, or when no wave is under test.
+func waveMembers(set workloadSet, st *Status) ([]parsedWorkload, bool) {
+	var members []parsedWorkload
+	switch {
+	case (st.Phase == PhaseMigrating || st.Phase == PhaseAnalyzing) && st.WaveState == WaveVerifying:
+		for _, m := range st.Workloads {
+			if m.State != StateMoving {
+				continue
+			}
+			w, ok := set.find(m.Name)
+			if !ok || w.movedIn(st.MigrationID()) == nil {
+				return nil, false
+			}
+			members = append(members, w)
+		}
+	case st.Phase == PhaseRollingBack && st.WaveState == WaveRollingBack:
+		members = rollbackMembers(set, st)
+		for _, w := range members {
+			if w.rolledBackIn(st.MigrationID()) == nil {
+				return nil, false
+			}
+		}
+	default:
+		return nil, false
+	}
+	return members, true
 }

@@ -3,6 +3,7 @@ package canary
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -243,4 +244,120 @@ func parseWindowAnnotation(v string) (Windows, string) {
 		out = append(out, w)
 	}
 	return out, ""
+}
+
+// waitForWindow reports whether the next wave must wait for a maintenance
+// window, and if so says until when: in the reason, in nextWindow, and as
+// the requeue, so that the namespace is looked at again when it opens
+// rather than polled. Only the start of a wave waits: a wave in flight
+// finishes its gates, and a rollback runs whenever it is needed.
+func waitForWindow(m *machine, what string) bool {
+	opening, ok := NextOpening(m.now, m.cfg.MaintenanceWindows, m.settings.Windows)
+	if ok && !opening.After(m.now) {
+		return false
+	}
+	st := m.st
+	if !ok {
+		// Only the configuration can get here: a namespace's windows that
+		// never meet it are invalid input (windowsMeet).
+		st.Reason = fmt.Sprintf("%s waits: no maintenance window opens within a year", what)
+		m.requeue(time.Hour)
+		return true
+	}
+	opening = opening.UTC()
+	st.Reason = fmt.Sprintf("%s is waiting for the maintenance window opening at %s", what, opening.Format(time.RFC3339))
+	st.NextWindow = &opening
+	if prev := m.r.Recorded; prev == nil || prev.Reason != st.Reason {
+		m.event("", EventNormal, "WaitingForWindow", st.Reason)
+	}
+	m.requeue(opening.Sub(m.now))
+	return true
+}
+
+// windowsMeet checks that the namespace's maintenance windows meet the
+// configured ones within a year: windows that narrow them to nothing
+// would hold the namespace forever without saying why.
+func windowsMeet(settings NamespaceSettings, ns Namespace, configured Windows, now time.Time) []InputError {
+	if len(settings.Windows) == 0 {
+		return nil
+	}
+	if _, ok := NextOpening(now, configured, settings.Windows); ok {
+		return nil
+	}
+	expected := "windows that open within a year"
+	if len(configured) > 0 {
+		expected = "windows that meet the agent's maintenanceWindows within a year (a namespace narrows them, never widens them)"
+	}
+	return []InputError{{Key: AnnotationMaintenanceWindow, Kind: "namespace", Namespace: ns.Name, Name: ns.Name,
+		Value: ns.Annotations[AnnotationMaintenanceWindow], Expected: expected}}
+}
+
+// windowErrorsDuringRollback returns errs without those of the
+// namespace's maintenance windows while the migration rolls back (or a
+// rollback is asked of it): the windows only say when a wave may start,
+// and a rollback runs whatever they say, so a bad window annotation must
+// not stop one half-way. Each is still reported: a status warning, and an
+// Event the first time.
+func windowErrorsDuringRollback(m *machine, errs []InputError) []InputError {
+	st := m.st
+	if !st.undoing() && (m.settings.Rollback == RollbackNone || st.Wave == 0 || st.unblockedPhase() == PhaseStopped) {
+		return errs
+	}
+	var out []InputError
+	for _, e := range errs {
+		if e.Key != AnnotationMaintenanceWindow || e.Workload != "" {
+			out = append(out, e)
+			continue
+		}
+		note := e.Error() + "; a rollback runs whatever the windows say, so it goes on"
+		if prev := m.r.Recorded; prev == nil || !slices.Contains(prev.Warnings, note) {
+			m.event("", EventWarning, "InvalidAnnotation", note)
+		}
+		st.warn(AnnotationMaintenanceWindow+" on namespace", note)
+	}
+	return out
+}
+
+// deferWave puts a wave that was written as started but none of whose
+// members was restarted back to waiting for its window, when its window
+// is closed now: the agent stopped between the status write and the
+// patches, and came back after the window closed. Such a wave has not
+// started, and its first restart must not go out of the window. It
+// reports whether it did.
+func deferWave(m *machine) bool {
+	st := m.st
+	if st.WaveState != WaveVerifying || st.WaveStartedAt == nil || WindowsOpen(m.now, m.cfg.MaintenanceWindows, m.settings.Windows) {
+		return false
+	}
+	for _, w := range st.Workloads {
+		p, ok := m.workloads().find(w.Name)
+		if w.State != StateMoving || !ok || restartMade(p, st) {
+			return false
+		}
+	}
+	wave := st.Wave
+	st.Workloads, st.Analysis, st.Verdicts, st.GatesSince, st.NextWaveAt = nil, nil, nil, nil, nil
+	what := fmt.Sprintf("wave %d", wave)
+	if wave == 1 {
+		// Before the first wave the namespace holds no slot and keeps its
+		// label: the next opening asks for both again, and the source
+		// stays in the status (as a replaced migration's does).
+		st.Phase, st.Wave, st.WaveState, st.StartedAt, st.WaveStartedAt = PhasePending, 0, "", nil, nil
+		if m.snap().Namespace.Labels[LabelRev] != st.SourceLabel {
+			m.out.Label = st.SourceLabel
+		}
+		what = fmt.Sprintf("the first wave of %d", len(m.plan().Waves))
+	} else {
+		st.Wave, st.WaveState = wave-1, WavePassed
+	}
+	m.event("", EventNormal, "WaveDeferred", fmt.Sprintf("wave %d was written as started, but none of its workloads was restarted before the maintenance window closed: it starts when a window opens", wave))
+	waitForWindow(m, what)
+	return true
+}
+
+// restartMade reports whether the wave in flight restarted p: a forward
+// move of this migration on record, a template restarted since the wave
+// started, or a rollout of a template stamped in it.
+func restartMade(p parsedWorkload, st *Status) bool {
+	return p.forwardIn(st.MigrationID()) != nil || restartedSince(*p.Workload, st.WaveStartedAt) || memberReverted(*p.Workload, st.WaveStartedAt)
 }
