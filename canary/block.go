@@ -6,7 +6,8 @@ import "strings"
 // wrong, with an Event per problem, and nothing else is written until it
 // is fixed. It reports whether it blocked.
 func block(m *machine) bool {
-	errs := windowErrorsDuringRollback(m, m.r.Errors)
+	reportIgnored(m)
+	errs := m.r.Errors
 	if len(errs) == 0 {
 		return false
 	}

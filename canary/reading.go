@@ -67,6 +67,9 @@ type Reading struct {
 	// Events are what the reading found that a person should know: a
 	// repointed tag, a status that could not be read or was rebuilt.
 	Events []Event
+	// ignored are the invalid inputs that do not block: a maintenance
+	// window annotation while the migration rolls back.
+	ignored []InputError
 
 	// announceRetarget says that the decision's status, when written, goes
 	// with an Event naming the new target that waits for the rollback.
@@ -106,6 +109,7 @@ func Read(snap Snapshot, recorded *Status, statusErr error, cfg Config, now time
 	r.Errors = append(r.Errors, werrs...)
 	r.Errors = append(r.Errors, windowsMeet(r.Settings, snap.Namespace, cfg.MaintenanceWindows, now)...)
 	r.settle(snap.Mesh.Resolve, false)
+	r.Errors, r.ignored = windowErrorsDuringRollback(r.Status, r.Settings, r.Errors)
 	if len(r.Errors) == 0 && !r.Resolved {
 		r.Errors = append(r.Errors, unresolvedTarget(snap.Namespace.Name, r.Settings.Target))
 	}

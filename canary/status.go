@@ -331,139 +331,177 @@ var results = []Result{ResultPass, ResultFail, ResultInconclusive, ResultPending
 // written: every enumerated value from its set, names and revisions valid
 // label values, numbers in range, and the fields each phase relies on.
 func (s *Status) Validate() error {
-	var errs []error
-	bad := func(field string, value any, expected string) {
-		errs = append(errs, fmt.Errorf("%s %v is not %s", field, value, expected))
-	}
+	v := &statusErrors{}
+	s.validateEnums(v)
+	s.validateNames(v)
+	s.validateCounts(v)
+	s.validateEntries(v)
+	s.validateTimes(v)
+	s.validatePhase(v)
+	return errors.Join(v.errs...)
+}
+
+// statusErrors collects what is wrong with a status.
+type statusErrors struct{ errs []error }
+
+func (v *statusErrors) bad(field string, value any, expected string) {
+	v.errs = append(v.errs, fmt.Errorf("%s %v is not %s", field, value, expected))
+}
+
+func (s *Status) validateEnums(v *statusErrors) {
 	if !slices.Contains(Phases, s.Phase) {
-		bad("phase", fmt.Sprintf("%q", s.Phase), "a phase meshwave writes")
+		v.bad("phase", fmt.Sprintf("%q", s.Phase), "a phase meshwave writes")
 	}
 	if !slices.Contains(waveStates, s.WaveState) {
-		bad("waveState", fmt.Sprintf("%q", s.WaveState), "Verifying, Passed, Failed, RollingBack or empty")
+		v.bad("waveState", fmt.Sprintf("%q", s.WaveState), "Verifying, Passed, Failed, RollingBack or empty")
 	}
 	switch s.BlockedKind {
 	case "", BlockedInvalidInput, BlockedPrecheck:
 	default:
-		bad("blockedKind", fmt.Sprintf("%q", s.BlockedKind), "InvalidInput, Precheck or empty")
+		v.bad("blockedKind", fmt.Sprintf("%q", s.BlockedKind), "InvalidInput, Precheck or empty")
 	}
 	if s.BlockedPhase != "" && (!slices.Contains(Phases, s.BlockedPhase) || s.BlockedPhase == PhaseBlocked) {
-		bad("blockedPhase", fmt.Sprintf("%q", s.BlockedPhase), "a phase other than Blocked")
+		v.bad("blockedPhase", fmt.Sprintf("%q", s.BlockedPhase), "a phase other than Blocked")
 	}
 	switch s.Rollback {
 	case RollbackNone, RollbackWave, RollbackAll:
 	default:
-		bad("rollback", fmt.Sprintf("%q", s.Rollback), `"wave", "all" or empty`)
+		v.bad("rollback", fmt.Sprintf("%q", s.Rollback), `"wave", "all" or empty`)
 	}
-	if s.Target == "" || len(validation.IsValidLabelValue(s.Target)) > 0 {
-		bad("target", fmt.Sprintf("%q", s.Target), "a revision or tag name")
+}
+
+// validateNames checks the target and revisions. A status names no target
+// only when the namespace's target annotation is not a name at all and no
+// migration had started: it is blocked for that, before its first wave.
+func (s *Status) validateNames(v *statusErrors) {
+	noTarget := s.Target == "" && s.Phase == PhaseBlocked && s.BlockedKind == BlockedInvalidInput && s.Wave == 0
+	if !noTarget && (s.Target == "" || len(validation.IsValidLabelValue(s.Target)) > 0) {
+		v.bad("target", fmt.Sprintf("%q", s.Target), "a revision or tag name")
 	}
-	for field, v := range map[string]string{"targetRevision": s.TargetRevision, "sourceLabel": s.SourceLabel, "sourceRevision": s.SourceRevision} {
-		if len(validation.IsValidLabelValue(v)) > 0 {
-			bad(field, fmt.Sprintf("%q", v), "a valid label value")
+	for field, value := range map[string]string{"targetRevision": s.TargetRevision, "sourceLabel": s.SourceLabel, "sourceRevision": s.SourceRevision} {
+		if len(validation.IsValidLabelValue(value)) > 0 {
+			v.bad(field, fmt.Sprintf("%q", value), "a valid label value")
 		}
 	}
+}
+
+// validateCounts checks the wave numbers, the counts and the list of
+// what never moves.
+func (s *Status) validateCounts(v *statusErrors) {
 	if s.Wave < 0 || s.Wave > maxWaves {
-		bad("wave", s.Wave, fmt.Sprintf("from 0 to %d", maxWaves))
+		v.bad("wave", s.Wave, fmt.Sprintf("from 0 to %d", maxWaves))
 	}
 	if s.TotalWaves < s.Wave || s.TotalWaves > maxWaves {
-		bad("totalWaves", s.TotalWaves, fmt.Sprintf("from wave (%d) to %d", s.Wave, maxWaves))
+		v.bad("totalWaves", s.TotalWaves, fmt.Sprintf("from wave (%d) to %d", s.Wave, maxWaves))
 	}
 	c := s.Counts
 	for field, n := range map[string]int{"counts.total": c.Total, "counts.pending": c.Pending, "counts.moving": c.Moving, "counts.moved": c.Moved,
 		"counts.failed": c.Failed, "counts.skipped": c.Skipped, "counts.rolledBack": c.RolledBack, "pastFailed": s.PastFailed} {
 		if n < 0 || n > maxWorkloads {
-			bad(field, n, fmt.Sprintf("from 0 to %d", maxWorkloads))
+			v.bad(field, n, fmt.Sprintf("from 0 to %d", maxWorkloads))
 		}
 	}
 	if len(s.Unmovable) > maxSkipped {
-		bad("unmovable", fmt.Sprintf("(%d entries)", len(s.Unmovable)), fmt.Sprintf("at most %d entries", maxSkipped))
+		v.bad("unmovable", fmt.Sprintf("(%d entries)", len(s.Unmovable)), fmt.Sprintf("at most %d entries", maxSkipped))
 	}
 	for k, c := range s.Kinds {
 		if k != KindDeployment && k != KindStatefulSet && k != KindDaemonSet {
-			bad("kinds", fmt.Sprintf("%q", k), "Deployment, StatefulSet or DaemonSet")
+			v.bad("kinds", fmt.Sprintf("%q", k), "Deployment, StatefulSet or DaemonSet")
 			continue
 		}
 		for field, n := range map[string]int{"total": c.Total, "pending": c.Pending, "moving": c.Moving, "moved": c.Moved,
 			"failed": c.Failed, "skipped": c.Skipped, "rolledBack": c.RolledBack} {
 			if n < 0 || n > maxWorkloads {
-				bad("kinds."+string(k)+"."+field, n, fmt.Sprintf("from 0 to %d", maxWorkloads))
+				v.bad("kinds."+string(k)+"."+field, n, fmt.Sprintf("from 0 to %d", maxWorkloads))
 			}
 		}
 	}
+}
+
+// validateEntries checks the wave's members, the verdicts, the analysis
+// state, the reverts and the time paused.
+func (s *Status) validateEntries(v *statusErrors) {
 	if len(s.Workloads) > maxMembers {
-		bad("workloads", fmt.Sprintf("(%d entries)", len(s.Workloads)), fmt.Sprintf("at most %d entries", maxMembers))
+		v.bad("workloads", fmt.Sprintf("(%d entries)", len(s.Workloads)), fmt.Sprintf("at most %d entries", maxMembers))
 	}
 	seen := map[string]bool{}
 	for i, w := range s.Workloads {
 		if _, _, ok := SplitWorkloadID(w.Name); !ok || seen[w.Name] {
-			bad(fmt.Sprintf("workloads[%d].name", i), fmt.Sprintf("%q", w.Name), "a workload (a Deployment's name, or StatefulSet/<name> or DaemonSet/<name>) listed once")
+			v.bad(fmt.Sprintf("workloads[%d].name", i), fmt.Sprintf("%q", w.Name), "a workload (a Deployment's name, or StatefulSet/<name> or DaemonSet/<name>) listed once")
 		}
 		seen[w.Name] = true
 		if !slices.Contains(workloadStates, w.State) {
-			bad(fmt.Sprintf("workloads[%d].state", i), fmt.Sprintf("%q", w.State), "a workload state")
+			v.bad(fmt.Sprintf("workloads[%d].state", i), fmt.Sprintf("%q", w.State), "a workload state")
 		}
 	}
 	gates := map[string]bool{}
-	for i, v := range s.Verdicts {
-		if v.Gate == "" || !slices.Contains(results, v.Result) || gates[v.Gate] {
-			bad(fmt.Sprintf("verdicts[%d]", i), fmt.Sprintf("%q %q", v.Gate, v.Result), "a named gate with a result, each gate once")
+	for i, vd := range s.Verdicts {
+		if vd.Gate == "" || !slices.Contains(results, vd.Result) || gates[vd.Gate] {
+			v.bad(fmt.Sprintf("verdicts[%d]", i), fmt.Sprintf("%q %q", vd.Gate, vd.Result), "a named gate with a result, each gate once")
 		}
-		gates[v.Gate] = true
+		gates[vd.Gate] = true
 	}
 	if a := s.Analysis; a != nil && (a.ConsecutivePasses < 0 || a.Inconclusive < 0) {
-		bad("analysis", fmt.Sprintf("passes %d, inconclusive %d", a.ConsecutivePasses, a.Inconclusive), "non-negative counts")
+		v.bad("analysis", fmt.Sprintf("passes %d, inconclusive %d", a.ConsecutivePasses, a.Inconclusive), "non-negative counts")
 	}
 	if err := validReverts(s.Reverts); err != nil {
-		errs = append(errs, err)
+		v.errs = append(v.errs, err)
 	}
 	if s.PausedSeconds < 0 || s.PausedSeconds != s.PausedSeconds {
-		bad("pausedSeconds", s.PausedSeconds, "a non-negative number")
+		v.bad("pausedSeconds", s.PausedSeconds, "a non-negative number")
 	}
-	// What each phase relies on.
+}
+
+// validateTimes checks the times each phase relies on.
+func (s *Status) validateTimes(v *statusErrors) {
 	if s.Wave > 0 && s.StartedAt == nil {
-		bad("startedAt", "null", "set once a wave has started")
+		v.bad("startedAt", "null", "set once a wave has started")
 	}
 	if s.Wave > 0 && s.SourceRevision == "" {
-		bad("sourceRevision", `""`, "set once a wave has started")
+		v.bad("sourceRevision", `""`, "set once a wave has started")
 	}
 	if s.RetriedAt != nil && s.StartedAt != nil && s.RetriedAt.Before(*s.StartedAt) {
-		bad("retriedAt", s.RetriedAt.UTC().Format(time.RFC3339), "a time after startedAt")
+		v.bad("retriedAt", s.RetriedAt.UTC().Format(time.RFC3339), "a time after startedAt")
 	}
 	if (s.WaveState == WaveVerifying || s.WaveState == WaveRollingBack) && s.GatesSince == nil {
-		bad("gatesSince", "null", "set while a wave is verified or rolled back")
+		v.bad("gatesSince", "null", "set while a wave is verified or rolled back")
 	}
 	if s.NextWindow != nil {
 		waiting := (s.Phase == PhasePending && s.Wave == 0) || (s.Phase == PhaseMigrating && s.WaveState == WavePassed)
 		if !waiting {
-			bad("nextWindow", s.NextWindow.UTC().Format(time.RFC3339), fmt.Sprintf("set while %s at wave %d (only a wave that waits for its window: Pending before the first, Migrating after one Passed)", s.Phase, s.Wave))
+			v.bad("nextWindow", s.NextWindow.UTC().Format(time.RFC3339), fmt.Sprintf("set while %s at wave %d (only a wave that waits for its window: Pending before the first, Migrating after one Passed)", s.Phase, s.Wave))
 		}
 		if s.WaveStartedAt != nil && !s.NextWindow.After(*s.WaveStartedAt) {
-			bad("nextWindow", s.NextWindow.UTC().Format(time.RFC3339), "a time after waveStartedAt")
+			v.bad("nextWindow", s.NextWindow.UTC().Format(time.RFC3339), "a time after waveStartedAt")
 		}
 	}
+}
+
+// validatePhase checks what each phase relies on.
+func (s *Status) validatePhase(v *statusErrors) {
 	switch s.Phase {
 	case PhaseMigrating, PhaseAnalyzing:
 		if s.Wave == 0 || (s.WaveState != WaveVerifying && s.WaveState != WavePassed) {
-			bad("waveState", fmt.Sprintf("%q at wave %d", s.WaveState, s.Wave), "Verifying or Passed at a wave of 1 or more while "+string(s.Phase))
+			v.bad("waveState", fmt.Sprintf("%q at wave %d", s.WaveState, s.Wave), "Verifying or Passed at a wave of 1 or more while "+string(s.Phase))
 		}
 	case PhaseRollingBack:
 		if s.Wave == 0 || s.WaveState != WaveRollingBack || s.Rollback == RollbackNone {
-			bad("waveState", fmt.Sprintf("%q, rollback %q at wave %d", s.WaveState, s.Rollback, s.Wave), "RollingBack with a scope at a wave of 1 or more while RollingBack")
+			v.bad("waveState", fmt.Sprintf("%q, rollback %q at wave %d", s.WaveState, s.Rollback, s.Wave), "RollingBack with a scope at a wave of 1 or more while RollingBack")
 		}
 	case PhasePending:
 		// Pending is before the first wave; at a later one it would start
 		// again from pending(), which pauses it at that wave, holding a
 		// slot it never asked for.
 		if s.Wave > 0 {
-			bad("wave", s.Wave, "0 while Pending")
+			v.bad("wave", s.Wave, "0 while Pending")
 		}
 	case PhaseBlocked:
 		if s.BlockedKind == "" {
-			bad("blockedKind", `""`, "set while Blocked")
+			v.bad("blockedKind", `""`, "set while Blocked")
 		}
 		if (s.BlockedPhase == "" || s.BlockedPhase == PhasePending) && s.Wave > 0 {
 			// Unblocked, it would go on as Pending (see above).
-			bad("blockedPhase", fmt.Sprintf("%q", s.BlockedPhase), "a phase of a migration under way while Blocked at a wave of 1 or more")
+			v.bad("blockedPhase", fmt.Sprintf("%q", s.BlockedPhase), "a phase of a migration under way while Blocked at a wave of 1 or more")
 		}
 		// Unblocked, it goes on in blockedPhase: one of a migration under
 		// way before the first wave would start a wave without admission
@@ -471,11 +509,10 @@ func (s *Status) Validate() error {
 		switch s.BlockedPhase {
 		case PhaseMigrating, PhaseAnalyzing, PhaseRollingBack:
 			if s.Wave == 0 {
-				bad("blockedPhase", fmt.Sprintf("%q at wave 0", s.BlockedPhase), "a phase of a migration under way only at a wave of 1 or more")
+				v.bad("blockedPhase", fmt.Sprintf("%q at wave 0", s.BlockedPhase), "a phase of a migration under way only at a wave of 1 or more")
 			}
 		}
 	}
-	return errors.Join(errs...)
 }
 
 // Encode renders the status as the annotation value.

@@ -292,30 +292,36 @@ func windowsMeet(settings NamespaceSettings, ns Namespace, configured Windows, n
 		Value: ns.Annotations[AnnotationMaintenanceWindow], Expected: expected}}
 }
 
-// windowErrorsDuringRollback returns errs without those of the
-// namespace's maintenance windows while the migration rolls back (or a
-// rollback is asked of it): the windows only say when a wave may start,
-// and a rollback runs whatever they say, so a bad window annotation must
-// not stop one half-way. Each is still reported: a status warning, and an
-// Event the first time.
-func windowErrorsDuringRollback(m *machine, errs []InputError) []InputError {
-	st := m.st
-	if !st.undoing() && (m.settings.Rollback == RollbackNone || st.Wave == 0 || st.unblockedPhase() == PhaseStopped) {
-		return errs
+// windowErrorsDuringRollback splits errs into those that block and those
+// of the namespace's maintenance windows while the migration in st rolls
+// back (or a rollback is asked of it): the windows only say when a wave
+// may start, and a rollback runs whatever they say, so a bad window
+// annotation must not stop one half-way. Those are reported instead
+// (reportIgnored).
+func windowErrorsDuringRollback(st *Status, settings NamespaceSettings, errs []InputError) (blocking, ignored []InputError) {
+	if st == nil || !st.undoing() && (settings.Rollback == RollbackNone || st.Wave == 0 || st.unblockedPhase() == PhaseStopped) {
+		return errs, nil
 	}
-	var out []InputError
 	for _, e := range errs {
-		if e.Key != AnnotationMaintenanceWindow || e.Workload != "" {
-			out = append(out, e)
-			continue
+		if e.Key == AnnotationMaintenanceWindow && e.Workload == "" {
+			ignored = append(ignored, e)
+		} else {
+			blocking = append(blocking, e)
 		}
+	}
+	return blocking, ignored
+}
+
+// reportIgnored reports the window errors a rollback goes on despite: a
+// status warning, and an Event the first time.
+func reportIgnored(m *machine) {
+	for _, e := range m.r.ignored {
 		note := e.Error() + "; a rollback runs whatever the windows say, so it goes on"
 		if prev := m.r.Recorded; prev == nil || !slices.Contains(prev.Warnings, note) {
 			m.event("", EventWarning, "InvalidAnnotation", note)
 		}
-		st.warn(AnnotationMaintenanceWindow+" on namespace", note)
+		m.st.warn(AnnotationMaintenanceWindow+" on namespace", note)
 	}
-	return out
 }
 
 // deferWave puts a wave that was written as started but none of whose
