@@ -330,10 +330,8 @@ func (c *classifier) index(ns string) *planIndex {
 		for _, m := range st.Workloads {
 			ix.members[m.Name] = m.State
 		}
-		if st.Wave > 0 && !terminal(st.Phase) {
-			ix.firstWave = st.Wave + 1
-		}
 	}
+	ix.firstWave = p.FirstWave()
 	for i, w := range p.Waves {
 		for _, x := range w {
 			ix.wave[x.Name] = ix.firstWave + i
@@ -359,9 +357,6 @@ func (c *classifier) index(ns string) *planIndex {
 // istio.io/rev label.
 func (c *classifier) classify(h *Holder, revLabel string) {
 	this := "this " + h.Kind
-	cannot := func(code HolderReason, format string, args ...any) {
-		h.State, h.Code, h.Reason = HolderCannot, code, fmt.Sprintf(format, args...)
-	}
 	switch h.Kind {
 	case OwnerDeployment, OwnerStatefulSet, OwnerDaemonSet:
 		c.classifyMoved(h)
@@ -369,16 +364,16 @@ func (c *classifier) classify(h *Holder, revLabel string) {
 		next, why := c.nextRevision(h.Namespace, revLabel)
 		switch {
 		case next == c.rev:
-			cannot(ReasonCronJobSameRevision, "meshwave never restarts a Job: %s's running Job finishes on %s, and its next run starts on %s again (%s)", this, c.rev, c.rev, why)
+			cannot(h, ReasonCronJobSameRevision, "meshwave never restarts a Job: %s's running Job finishes on %s, and its next run starts on %s again (%s)", this, c.rev, c.rev, why)
 		case next == "":
-			cannot(ReasonCronJob, "meshwave never restarts a Job: %s's running Job finishes on %s; its next run starts without a sidecar (%s)", this, c.rev, why)
+			cannot(h, ReasonCronJob, "meshwave never restarts a Job: %s's running Job finishes on %s; its next run starts without a sidecar (%s)", this, c.rev, why)
 		default:
-			cannot(ReasonCronJob, "meshwave never restarts a Job: %s's running Job finishes on %s; its next run starts on %s (%s)", this, c.rev, next, why)
+			cannot(h, ReasonCronJob, "meshwave never restarts a Job: %s's running Job finishes on %s; its next run starts on %s (%s)", this, c.rev, next, why)
 		}
 	case OwnerJob:
-		cannot(ReasonJob, "meshwave never restarts a Job: %s finishes on %s", this, c.rev)
+		cannot(h, ReasonJob, "meshwave never restarts a Job: %s finishes on %s", this, c.rev)
 	case OwnerReplicaSet:
-		cannot(ReasonReplicaSet, "%s has no Deployment, and nothing restarts its pods when its template changes: it needs a person (replace its pods one at a time, or put it under a Deployment)", this)
+		cannot(h, ReasonReplicaSet, "%s has no Deployment, and nothing restarts its pods when its template changes: it needs a person (replace its pods one at a time, or put it under a Deployment)", this)
 	case OwnerPod:
 		next, why := c.nextRevision(h.Namespace, revLabel)
 		again := ""
@@ -390,26 +385,22 @@ func (c *classifier) classify(h *Holder, revLabel string) {
 		default:
 			again = "; created again now, it would run " + c.rev + " again (" + why + ")"
 		}
-		cannot(ReasonBarePod, "a bare Pod has no controller to create it again: it needs a person%s", again)
+		cannot(h, ReasonBarePod, "a bare Pod has no controller to create it again: it needs a person%s", again)
 	default:
-		cannot(ReasonOtherOwner, "meshwave does not move a %s: restart it through its own controller", h.Kind)
+		cannot(h, ReasonOtherOwner, "meshwave does not move a %s: restart it through its own controller", h.Kind)
 	}
 }
 
 // classifyMoved classifies a Deployment, StatefulSet or DaemonSet.
 func (c *classifier) classifyMoved(h *Holder) {
-	this := "this " + h.Kind
-	cannot := func(code HolderReason, format string, args ...any) {
-		h.State, h.Code, h.Reason = HolderCannot, code, fmt.Sprintf(format, args...)
-	}
 	ix := c.index(h.Namespace)
 	if ix == nil {
-		cannot(ReasonNotOptedIn, "namespace %s has not opted in (no %s): meshwave does not move %s", h.Namespace, AnnotationTargetRevision, this)
+		cannot(h, ReasonNotOptedIn, "namespace %s has not opted in (no %s): meshwave does not move this %s", h.Namespace, AnnotationTargetRevision, h.Kind)
 		return
 	}
 	p, st := ix.plan, ix.st
 	if ix.blocked != "" {
-		cannot(ReasonNamespaceBlocked, "namespace %s is blocked, so meshwave does not move %s: %s", h.Namespace, this, ix.blocked)
+		cannot(h, ReasonNamespaceBlocked, "namespace %s is blocked, so meshwave does not move this %s: %s", h.Namespace, h.Kind, ix.blocked)
 		return
 	}
 	target := p.TargetRevision
@@ -422,75 +413,96 @@ func (c *classifier) classifyMoved(h *Holder) {
 		// tag names now.
 		target = st.TargetRevision
 	}
-	if st != nil && ix.undoing {
-		// Away from the target, back to the source: whichever this is.
-		h.Code, h.Reason = ReasonRollingBack, fmt.Sprintf("namespace %s is rolling back to %s", h.Namespace, st.SourceRevision)
-		h.State = HolderCannot
-		switch {
-		case c.rev != st.SourceRevision:
-			h.State = HolderMoving
-		case st.Target != p.Target:
-			// Its new target's migration starts once the rollback ends.
-			h.State = HolderWillMove
-			h.Reason += fmt.Sprintf(", then to %s (%s=%s)", planned, AnnotationTargetRevision, p.Target)
-		}
-		return
+	switch {
+	case st != nil && ix.undoing:
+		c.rollingBack(h, st, p, planned)
+	case targets:
+		cannot(h, ReasonTargetsRevision, "namespace %s targets %s itself: this %s stays on it", h.Namespace, c.rev, h.Kind)
+	case st != nil && inMigration(h, ix, target):
+	default:
+		byPlan(h, ix, target)
 	}
-	if targets {
-		cannot(ReasonTargetsRevision, "namespace %s targets %s itself: %s stays on it", h.Namespace, c.rev, this)
-		return
+}
+
+// cannot says meshwave does not move h, and why.
+func cannot(h *Holder, code HolderReason, format string, args ...any) {
+	h.State, h.Code, h.Reason = HolderCannot, code, fmt.Sprintf(format, args...)
+}
+
+// rollingBack classifies a holder in a namespace rolling back: away from
+// the target, back to the source, whichever h holds; after the rollback,
+// a new target's migration moves the source's holders.
+func (c *classifier) rollingBack(h *Holder, st *Status, p *NamespacePlan, planned string) {
+	h.Code, h.Reason = ReasonRollingBack, fmt.Sprintf("namespace %s is rolling back to %s", h.Namespace, st.SourceRevision)
+	h.State = HolderCannot
+	switch {
+	case c.rev != st.SourceRevision:
+		h.State = HolderMoving
+	case st.Target != p.Target:
+		// Its new target's migration starts once the rollback ends.
+		h.State = HolderWillMove
+		h.Reason += fmt.Sprintf(", then to %s (%s=%s)", planned, AnnotationTargetRevision, p.Target)
 	}
-	id := WorkloadID(Kind(h.Kind), h.Name)
-	if st != nil {
-		switch st.Phase {
-		case PhaseBlocked:
-			cannot(ReasonNamespaceBlocked, "namespace %s is blocked, so meshwave does not move %s: %s", h.Namespace, this, st.Reason)
-			return
-		case PhaseCompleted, PhaseRolledBack:
-			cannot(ReasonMigrationEnded, "the migration of namespace %s to %s is %s: nothing moves %s until %s is set again", h.Namespace, target, st.Phase, this, AnnotationTargetRevision)
-			return
-		}
-		switch ix.members[id] {
-		case StateMoving:
-			if st.WaveState == WaveFailed {
-				cannot(ReasonFailedWave, "%s is in wave %d to %s, which failed: namespace %s is paused until a person resumes it or rolls it back", this, st.Wave, target, h.Namespace)
-				return
-			}
-			h.State, h.Code, h.Wave = HolderMoving, ReasonMoving, st.Wave
-			h.Reason = fmt.Sprintf("%s is in wave %d to %s, in flight", this, st.Wave, target)
-			return
-		case StateFailed:
-			cannot(ReasonFailedWave, "%s failed its wave %d to %s and stays where it is", this, st.Wave, target)
-			return
-		case StateMoved:
-			cannot(ReasonMoved, "%s was moved to %s, yet these pods were not replaced", this, target)
-			return
-		case StateSkipped:
-			cannot(ReasonSkip, "%s was taken out of wave %d (%s)", this, st.Wave, AnnotationSkip)
-			return
-		}
+}
+
+// inMigration classifies h by the status of its namespace's migration: a
+// namespace blocked or ended, or h a member of the wave in flight. It
+// reports whether the status settled it.
+func inMigration(h *Holder, ix *planIndex, target string) bool {
+	st, this := ix.st, "this "+h.Kind
+	switch st.Phase {
+	case PhaseBlocked:
+		cannot(h, ReasonNamespaceBlocked, "namespace %s is blocked, so meshwave does not move %s: %s", h.Namespace, this, st.Reason)
+		return true
+	case PhaseCompleted, PhaseRolledBack:
+		cannot(h, ReasonMigrationEnded, "the migration of namespace %s to %s is %s: nothing moves %s until %s is set again", h.Namespace, target, st.Phase, this, AnnotationTargetRevision)
+		return true
 	}
+	switch ix.members[WorkloadID(Kind(h.Kind), h.Name)] {
+	case StateMoving:
+		if st.WaveState == WaveFailed {
+			cannot(h, ReasonFailedWave, "%s is in wave %d to %s, which failed: namespace %s is paused until a person resumes it or rolls it back", this, st.Wave, target, h.Namespace)
+			return true
+		}
+		h.State, h.Code, h.Wave = HolderMoving, ReasonMoving, st.Wave
+		h.Reason = fmt.Sprintf("%s is in wave %d to %s, in flight", this, st.Wave, target)
+	case StateFailed:
+		cannot(h, ReasonFailedWave, "%s failed its wave %d to %s and stays where it is", this, st.Wave, target)
+	case StateMoved:
+		cannot(h, ReasonMoved, "%s was moved to %s, yet these pods were not replaced", this, target)
+	case StateSkipped:
+		cannot(h, ReasonSkip, "%s was taken out of wave %d (%s)", this, st.Wave, AnnotationSkip)
+	default:
+		return false
+	}
+	return true
+}
+
+// byPlan classifies h by its namespace's plan: a wave still to run, a
+// failure it stays on, the planner's exclusion, a move made.
+func byPlan(h *Holder, ix *planIndex, target string) {
+	id, this := WorkloadID(Kind(h.Kind), h.Name), "this "+h.Kind
 	if wave, ok := ix.wave[id]; ok {
 		h.State, h.Code, h.Wave = HolderWillMove, ReasonWillMove, wave
 		h.Reason = fmt.Sprintf("meshwave moves %s to %s in wave %d", this, target, wave)
-		if st != nil && st.Phase == PhasePaused {
+		if ix.st != nil && ix.st.Phase == PhasePaused {
 			h.Reason += fmt.Sprintf(", once namespace %s resumes (%s)", h.Namespace, AnnotationPaused)
 		}
 		return
 	}
 	if ix.failed[id] {
-		cannot(ReasonFailedWave, "%s failed its wave to %s and stays where it is (failure policy Continue)", this, target)
+		cannot(h, ReasonFailedWave, "%s failed its wave to %s and stays where it is (failure policy Continue)", this, target)
 		return
 	}
 	if reason, ok := ix.excluded[id]; ok {
-		cannot(exclusionCode(reason), "the plan leaves %s out: %s", this, reason)
+		cannot(h, exclusionCode(reason), "the plan leaves %s out: %s", this, reason)
 		return
 	}
 	if ix.moved[id] {
-		cannot(ReasonMoved, "%s was moved to %s, yet these pods were not replaced", this, target)
+		cannot(h, ReasonMoved, "%s was moved to %s, yet these pods were not replaced", this, target)
 		return
 	}
-	cannot(ReasonNotPlanned, "the plan of namespace %s does not name %s", h.Namespace, this)
+	cannot(h, ReasonNotPlanned, "the plan of namespace %s does not name %s", h.Namespace, this)
 }
 
 // exclusionCode is the code of one of the planner's exclusion reasons.

@@ -163,62 +163,14 @@ func planNamespace(ns string, set workloadSet, targetRevision, migration string,
 	// judged next, wave by wave, before anything else moves.
 	recorded := map[int][]Planned{}
 	for _, w := range set {
-		settings := w.settings
-		if w.gateway != "" {
-			plan.Excluded = append(plan.Excluded, Exclusion{w.Name, w.gateway})
+		if r := w.movedIn(migration); r != nil && r.Wave > wavesRun && w.gateway == "" && !w.settings.Skip {
+			recorded[r.Wave] = append(recorded[r.Wave], Planned{Name: w.Name, Group: w.settings.Wave})
 			continue
 		}
-		if settings.Skip {
-			plan.Excluded = append(plan.Excluded, Exclusion{w.Name, AnnotationSkip + " is true"})
-			continue
-		}
-		if r := w.forwardIn(migration); r != nil && r.Outcome == OutcomeFailed {
-			// Failed its wave, tolerated: it stays where it is.
-			plan.Failed = append(plan.Failed, w.Name)
-			continue
-		}
-		if r := w.movedIn(migration); r != nil {
-			if r.Wave > wavesRun {
-				recorded[r.Wave] = append(recorded[r.Wave], Planned{Name: w.Name, Group: settings.Wave})
-				continue
-			}
-			plan.Moved = append(plan.Moved, w.Name)
-			continue
-		}
-		if w.Paused {
-			plan.Excluded = append(plan.Excluded, Exclusion{w.Name, "paused (spec.paused): a restart would not roll out"})
-			continue
-		}
-		if w.Partition > 0 {
-			plan.Excluded = append(plan.Excluded, Exclusion{w.Name, fmt.Sprintf("statefulset partition %d keeps the pods below ordinal %d on their old template: a restart would not reach them", w.Partition, w.Partition)})
-			continue
-		}
-		live, injected, onTarget := 0, 0, 0
-		for i := range w.Pods {
-			p := &w.Pods[i] // a Pod is large: only two of its fields are read
-			if p.Terminating {
-				continue
-			}
-			live++
-			if p.Injected() {
-				injected++
-				if p.Revision == targetRevision {
-					onTarget++
-				}
-			}
-		}
-		switch {
-		case injected == 0:
-			plan.Excluded = append(plan.Excluded, Exclusion{w.Name, "no injected pod"})
-		case onTarget == live:
-			plan.Excluded = append(plan.Excluded, Exclusion{w.Name, "already on " + targetRevision})
-		default:
-			todo = append(todo, Planned{Name: w.Name, Group: settings.Wave, rank: w.KindOf().rank()})
+		if p, ok := plan.place(w, targetRevision, migration); ok {
+			todo = append(todo, p)
 		}
 	}
-	// Within a meshwave.io/wave value, Deployments go first, then
-	// StatefulSets, then DaemonSets, each in name order.
-	ordered := inPlanOrder(todo)
 	for _, wave := range slices.Sorted(maps.Keys(recorded)) {
 		for ws := recorded[wave]; len(ws) > 0; {
 			n := min(len(ws), MaxWaveSize)
@@ -226,7 +178,9 @@ func planNamespace(ns string, set workloadSet, targetRevision, migration string,
 			ws = ws[n:]
 		}
 	}
-	for len(ordered) > 0 {
+	// Within a meshwave.io/wave value, Deployments go first, then
+	// StatefulSets, then DaemonSets, each in name order.
+	for ordered := inPlanOrder(todo); len(ordered) > 0; {
 		size := sizes.BatchSize
 		if wavesRun == 0 && len(plan.Waves) == 0 {
 			// The canary: the first wave, never one of recorded moves.
@@ -240,6 +194,57 @@ func planNamespace(ns string, set workloadSet, targetRevision, migration string,
 		ordered = ordered[n:]
 	}
 	return plan
+}
+
+// place says where w goes: left out (with the reason), failed or moved by
+// this migration, or to move (ok, its place in the plan).
+func (plan *NamespacePlan) place(w parsedWorkload, targetRevision, migration string) (Planned, bool) {
+	exclude := func(reason string) (Planned, bool) {
+		plan.Excluded = append(plan.Excluded, Exclusion{w.Name, reason})
+		return Planned{}, false
+	}
+	switch {
+	case w.gateway != "":
+		return exclude(w.gateway)
+	case w.settings.Skip:
+		return exclude(AnnotationSkip + " is true")
+	}
+	if r := w.forwardIn(migration); r != nil && r.Outcome == OutcomeFailed {
+		// Failed its wave, tolerated: it stays where it is.
+		plan.Failed = append(plan.Failed, w.Name)
+		return Planned{}, false
+	}
+	if w.movedIn(migration) != nil {
+		plan.Moved = append(plan.Moved, w.Name)
+		return Planned{}, false
+	}
+	switch {
+	case w.Paused:
+		return exclude("paused (spec.paused): a restart would not roll out")
+	case w.Partition > 0:
+		return exclude(fmt.Sprintf("statefulset partition %d keeps the pods below ordinal %d on their old template: a restart would not reach them", w.Partition, w.Partition))
+	}
+	live, injected, onTarget := 0, 0, 0
+	for i := range w.Pods {
+		p := &w.Pods[i] // a Pod is large: only two of its fields are read
+		if p.Terminating {
+			continue
+		}
+		live++
+		if p.Injected() {
+			injected++
+			if p.Revision == targetRevision {
+				onTarget++
+			}
+		}
+	}
+	switch {
+	case injected == 0:
+		return exclude("no injected pod")
+	case onTarget == live:
+		return exclude("already on " + targetRevision)
+	}
+	return Planned{Name: w.Name, Group: w.settings.Wave, rank: w.KindOf().rank()}, true
 }
 
 // planRemaining plans what a migration in status st has left: every
