@@ -332,12 +332,12 @@ var results = []Result{ResultPass, ResultFail, ResultInconclusive, ResultPending
 // label values, numbers in range, and the fields each phase relies on.
 func (s *Status) Validate() error {
 	v := &statusErrors{}
-	s.validateEnums(v)
-	s.validateNames(v)
-	s.validateCounts(v)
-	s.validateEntries(v)
-	s.validateTimes(v)
-	s.validatePhase(v)
+	validateEnums(s, v)
+	validateNames(s, v)
+	validateCounts(s, v)
+	validateEntries(s, v)
+	validateTimes(s, v)
+	validatePhase(s, v)
 	return errors.Join(v.errs...)
 }
 
@@ -348,7 +348,7 @@ func (v *statusErrors) bad(field string, value any, expected string) {
 	v.errs = append(v.errs, fmt.Errorf("%s %v is not %s", field, value, expected))
 }
 
-func (s *Status) validateEnums(v *statusErrors) {
+func validateEnums(s *Status, v *statusErrors) {
 	if !slices.Contains(Phases, s.Phase) {
 		v.bad("phase", fmt.Sprintf("%q", s.Phase), "a phase meshwave writes")
 	}
@@ -373,7 +373,7 @@ func (s *Status) validateEnums(v *statusErrors) {
 // validateNames checks the target and revisions. A status names no target
 // only when the namespace's target annotation is not a name at all and no
 // migration had started: it is blocked for that, before its first wave.
-func (s *Status) validateNames(v *statusErrors) {
+func validateNames(s *Status, v *statusErrors) {
 	noTarget := s.Target == "" && s.Phase == PhaseBlocked && s.BlockedKind == BlockedInvalidInput && s.Wave == 0
 	if !noTarget && (s.Target == "" || len(validation.IsValidLabelValue(s.Target)) > 0) {
 		v.bad("target", fmt.Sprintf("%q", s.Target), "a revision or tag name")
@@ -387,7 +387,7 @@ func (s *Status) validateNames(v *statusErrors) {
 
 // validateCounts checks the wave numbers, the counts and the list of
 // what never moves.
-func (s *Status) validateCounts(v *statusErrors) {
+func validateCounts(s *Status, v *statusErrors) {
 	if s.Wave < 0 || s.Wave > maxWaves {
 		v.bad("wave", s.Wave, fmt.Sprintf("from 0 to %d", maxWaves))
 	}
@@ -420,7 +420,7 @@ func (s *Status) validateCounts(v *statusErrors) {
 
 // validateEntries checks the wave's members, the verdicts, the analysis
 // state, the reverts and the time paused.
-func (s *Status) validateEntries(v *statusErrors) {
+func validateEntries(s *Status, v *statusErrors) {
 	if len(s.Workloads) > maxMembers {
 		v.bad("workloads", fmt.Sprintf("(%d entries)", len(s.Workloads)), fmt.Sprintf("at most %d entries", maxMembers))
 	}
@@ -453,7 +453,7 @@ func (s *Status) validateEntries(v *statusErrors) {
 }
 
 // validateTimes checks the times each phase relies on.
-func (s *Status) validateTimes(v *statusErrors) {
+func validateTimes(s *Status, v *statusErrors) {
 	if s.Wave > 0 && s.StartedAt == nil {
 		v.bad("startedAt", "null", "set once a wave has started")
 	}
@@ -478,7 +478,7 @@ func (s *Status) validateTimes(v *statusErrors) {
 }
 
 // validatePhase checks what each phase relies on.
-func (s *Status) validatePhase(v *statusErrors) {
+func validatePhase(s *Status, v *statusErrors) {
 	switch s.Phase {
 	case PhaseMigrating, PhaseAnalyzing:
 		if s.Wave == 0 || (s.WaveState != WaveVerifying && s.WaveState != WavePassed) {
