@@ -126,11 +126,14 @@ func podSourceRevision(ws []Workload, targetRevision string) string {
 }
 
 // Continuation is a migration on record that a new migration to the same
-// target continues instead of starting afresh: the status it goes on
-// from, and the Event that says so.
+// target continues instead of starting afresh, once admitted: the status
+// it goes on from, and the Event that says so. Resumed is true when it
+// resumes the migration's moves (the new status's warnings and time
+// paused carry over); false when a rollback on record goes on instead.
 type Continuation struct {
-	Status *Status
-	Event  Event
+	Status  *Status
+	Event   Event
+	Resumed bool
 }
 
 // continuation finds, for st (a new migration's status, about to take its
@@ -156,6 +159,7 @@ func (r *Reading) continuation(st *Status) (Continuation, bool) {
 		}
 		m.LastWave = lastForward
 		c := r.continueWith(st, m, EventNormal, "MigrationResumed", fmt.Sprintf("the Deployments carry moves of migration %s to %s", m.ID, st.TargetRevision))
+		c.Resumed = true
 		c.Status.Warnings, c.Status.PausedSeconds, c.Status.RetriedAt = st.Warnings, st.PausedSeconds, st.RetriedAt
 		if st.RetriedAt != nil && st.RetriedAt.Before(m.StartedAt) {
 			// A migration that started after the retry is the retry's

@@ -64,6 +64,10 @@ type Reading struct {
 	// workloads it had not moved back to a revision they ran. Nil when
 	// there is none.
 	Inherited *Source
+	// Continuation, for a migration that has not started, is the
+	// migration to the same target on record that it continues once
+	// admitted, instead of starting afresh; nil when there is none.
+	Continuation *Continuation
 	// Events are what the reading found that a person should know: a
 	// repointed tag, a status that could not be read or was rebuilt.
 	Events []Event
@@ -109,6 +113,11 @@ func Read(snap Snapshot, recorded *Status, statusErr error, cfg Config, now time
 	r.Errors = append(r.Errors, werrs...)
 	r.Errors = append(r.Errors, windowsMeet(r.Settings, snap.Namespace, cfg.MaintenanceWindows, now)...)
 	r.settle(snap.Mesh.Resolve, false)
+	if r.Resolved && r.Status.Wave == 0 {
+		if c, ok := r.continuation(r.Status); ok {
+			r.Continuation = &c
+		}
+	}
 	r.Errors, r.ignored = windowErrorsDuringRollback(r.Status, r.Settings, r.Errors)
 	if len(r.Errors) == 0 && !r.Resolved {
 		r.Errors = append(r.Errors, unresolvedTarget(snap.Namespace.Name, r.Settings.Target))

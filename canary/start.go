@@ -55,8 +55,13 @@ func pending(m *machine) step {
 	if !admitted(m) {
 		return nil
 	}
-	if c, ok := m.r.continuation(st); ok {
-		m.st = c.Status
+	if c := m.r.Continuation; c != nil {
+		next := c.Status.DeepCopy()
+		if c.Resumed {
+			// What the wait before the start changed carries over.
+			next.Warnings, next.PausedSeconds = st.Warnings, st.PausedSeconds
+		}
+		m.st = next
 		m.out.Events = append(m.out.Events, c.Event)
 		m.requeue(soon)
 		return nil
