@@ -611,7 +611,8 @@ func (d *decider) plan() NamespacePlan {
 
 // planRemaining plans what a migration in status st has left: every
 // workload not yet moved by it, in waves, without the members of the wave
-// in flight. Both the engine and `meshwave plan` use it.
+// in flight. Both the engine and `meshwave plan` use it; sizes are filled
+// in (Config.WithDefaults).
 func planRemaining(ns string, set workloadSet, st *Status, sizes WaveSizes) NamespacePlan {
 	p := planNamespace(ns, set, st.TargetRevision, st.MigrationID(), st.Wave, sizes)
 	if len(st.Workloads) == 0 {

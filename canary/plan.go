@@ -5,7 +5,6 @@ import (
 	"maps"
 	"slices"
 	"sort"
-	"time"
 )
 
 // Exclusion is a workload the planner leaves out, and why.
@@ -92,25 +91,13 @@ func (p NamespacePlan) Remaining() int {
 	return n
 }
 
-// WaveSizes configures how waves are cut.
+// WaveSizes configures how waves are cut; Config.WithDefaults fills in
+// the zero sizes and caps them at MaxWaveSize.
 type WaveSizes struct {
-	// CanarySize is the size of the first wave; default 1.
+	// CanarySize is the size of the first wave.
 	CanarySize int
-	// BatchSize is the largest size of a later wave; default 5.
+	// BatchSize is the largest size of a later wave.
 	BatchSize int
-}
-
-func (s WaveSizes) withDefaults() WaveSizes {
-	if s.CanarySize <= 0 {
-		s.CanarySize = 1
-	}
-	if s.BatchSize <= 0 {
-		s.BatchSize = 5
-	}
-	// A wave's members are listed in the status, which holds at most
-	// MaxWaveSize of them; the agent's configuration refuses more.
-	s.CanarySize, s.BatchSize = min(s.CanarySize, MaxWaveSize), min(s.BatchSize, MaxWaveSize)
-	return s
 }
 
 // MaxWaveSize is the largest wave: canarySize and batchSize are at most
@@ -133,12 +120,13 @@ const MaxWaveSize = maxMembers
 // d(1) e(100): the waves are [a] [b c] [d] [e].
 func PlanNamespace(ns string, deployments []Workload, targetRevision, migration string, wavesRun int, sizes WaveSizes) NamespacePlan {
 	set, _ := parseWorkloads(deployments)
-	return planNamespace(ns, set, targetRevision, migration, wavesRun, sizes)
+	return planNamespace(ns, set, targetRevision, migration, wavesRun, Config{Sizes: sizes}.WithDefaults().Sizes)
 }
 
-// planNamespace is PlanNamespace over workloads already parsed.
+// planNamespace is PlanNamespace over workloads already parsed, with sizes
+// already filled in (Config.WithDefaults): a size of zero would cut empty
+// waves forever.
 func planNamespace(ns string, set workloadSet, targetRevision, migration string, wavesRun int, sizes WaveSizes) NamespacePlan {
-	sizes = sizes.withDefaults()
 	plan := NamespacePlan{Namespace: ns, TargetRevision: targetRevision}
 	// The workloads to move, in name order, as the set is.
 	todo := make([]Planned, 0, len(set))
@@ -239,6 +227,7 @@ type PlanInput struct {
 // or whose target resolves to nothing get a plan with no waves and the
 // problem as an exclusion of the whole namespace.
 func PlanWaves(inputs []PlanInput, sizes WaveSizes) []NamespacePlan {
+	sizes = Config{Sizes: sizes}.WithDefaults().Sizes
 	var plans []NamespacePlan
 	for _, in := range inputs {
 		s := in.Snapshot
@@ -279,12 +268,4 @@ func unresolvedTarget(ns, target string) InputError {
 		Key: AnnotationTargetRevision, Kind: "namespace", Namespace: ns, Name: ns, Value: target,
 		Expected: fmt.Sprintf("an installed revision or tag (no MutatingWebhookConfiguration istio-sidecar-injector-%s or istio-revision-tag-%s exists)", target, target),
 	}
-}
-
-// durationOr returns d, or def when d is zero.
-func durationOr(d, def time.Duration) time.Duration {
-	if d == 0 {
-		return def
-	}
-	return d
 }

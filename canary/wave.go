@@ -94,7 +94,7 @@ func WaveToVerify(snap Snapshot, st *Status, cfg Config) (WaveUnderTest, bool) {
 		if out.GatesSince.After(start) {
 			start = out.GatesSince
 		}
-		timeout := durationOr(w.settings.ReadinessTimeout, cfg.ReadinessTimeout)
+		timeout := cfg.readinessTimeoutOf(w.settings)
 		out.Workloads = append(out.Workloads, WaveWorkload{Workload: *w.Workload, Record: rec, Deadline: start.Add(timeout), Timeout: timeout})
 	}
 	return out, true
