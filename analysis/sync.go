@@ -40,7 +40,7 @@ type SyncGate struct {
 	Source SyncSource
 	// Istiods lists the Ready istiod pods of a revision.
 	Istiods func(revision string) []Istiod
-	// RootNamespace is where istiod runs; default istio-system. istiod
+	// RootNamespace is where istiod runs (the agent's rootNamespace). istiod
 	// shows a caller from any other namespace only that namespace's
 	// proxies, unless its DEBUG_ENDPOINT_AUTH_ALLOWED_NAMESPACES lists it.
 	RootNamespace string
@@ -243,13 +243,6 @@ func (g SyncGate) judge(wave canary.WaveUnderTest, obs SyncObservation, now time
 	return v
 }
 
-func (g SyncGate) rootNamespace() string {
-	if g.RootNamespace == "" {
-		return "istio-system"
-	}
-	return g.RootNamespace
-}
-
 // cannotSee reports whether the answers may have been filtered: since Istio
 // 1.28.7, 1.29.3 and 1.30, istiod lists to a caller outside its root
 // namespace only the proxies of the caller's own namespace, unless
@@ -258,7 +251,7 @@ func (g SyncGate) rootNamespace() string {
 // istiod showed everything.
 func (g SyncGate) cannotSee(namespace string, obs SyncObservation) bool {
 	caller := obs.CallerNamespace
-	if caller == "" || caller == g.rootNamespace() || caller == namespace {
+	if caller == "" || caller == g.RootNamespace || caller == namespace {
 		return false
 	}
 	for _, a := range slices.Concat(obs.Target, obs.Source) {
@@ -274,7 +267,7 @@ func (g SyncGate) cannotSee(namespace string, obs SyncObservation) bool {
 func (g SyncGate) blindness(namespace, caller string) string {
 	return fmt.Sprintf("meshwave asks as namespace %s and istiod listed no proxy outside it: outside the root namespace %s, "+
 		"istiod shows a caller only its own namespace's proxies unless DEBUG_ENDPOINT_AUTH_ALLOWED_NAMESPACES lists it, so those of %s may be hidden",
-		caller, g.rootNamespace(), namespace)
+		caller, g.RootNamespace, namespace)
 }
 
 // proxyNamespace is the namespace of a syncz id, <pod>.<namespace>.

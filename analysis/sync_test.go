@@ -180,7 +180,7 @@ func TestJudgeSync(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			g := SyncGate{Timeout: 2 * time.Minute, Interval: 5 * time.Second}
+			g := SyncGate{RootNamespace: "istio-system", Timeout: 2 * time.Minute, Interval: 5 * time.Second}
 			v := g.judge(tt.wave, tt.obs, tt.now)
 			assert.Equal(t, tt.result, v.Result)
 			assert.Equal(t, tt.reason, v.Reason)
@@ -231,7 +231,7 @@ func TestTheSyncGateAsksEachIstiodOncePerRun(t *testing.T) {
 		src := &countingSource{asked: map[string]int{}, caller: "istio-system", answers: map[string][]ProxySync{
 			"10.0.0.1": nil, "10.0.0.2": nil, "10.0.1.1": {sidecar("cart-1.shop"), sidecar("cart-2.shop"), sidecar("cart-3.shop")},
 		}}
-		g := SyncGate{Source: src, Istiods: func(rev string) []Istiod { return istiods[rev] }, Timeout: time.Minute, Interval: time.Second}
+		g := SyncGate{Source: src, RootNamespace: "istio-system", Istiods: func(rev string) []Istiod { return istiods[rev] }, Timeout: time.Minute, Interval: time.Second}
 		v := g.Evaluate(context.Background(), w, t0.Add(time.Minute))
 		assert.Equal(t, canary.ResultFail, v.Result)
 		assert.Equal(t, "0 of 3 proxies SYNCED with istiod 1-26; cart-1.shop is connected to istiod 1-25, not 1-26; "+
@@ -242,21 +242,21 @@ func TestTheSyncGateAsksEachIstiodOncePerRun(t *testing.T) {
 		src := &countingSource{asked: map[string]int{}, answers: map[string][]ProxySync{
 			"10.0.0.1": {sidecar("cart-1.shop"), sidecar("cart-3.shop")}, "10.0.0.2": {sidecar("cart-2.shop")}, "10.0.1.1": nil,
 		}}
-		g := SyncGate{Source: src, Istiods: func(rev string) []Istiod { return istiods[rev] }, Timeout: time.Minute, Interval: time.Second}
+		g := SyncGate{Source: src, RootNamespace: "istio-system", Istiods: func(rev string) []Istiod { return istiods[rev] }, Timeout: time.Minute, Interval: time.Second}
 		v := g.Evaluate(context.Background(), w, t0)
 		assert.Equal(t, canary.ResultPass, v.Result)
 		assert.Equal(t, map[string]int{"istiod-1-26-a shop": 1, "istiod-1-26-b shop": 1}, src.asked)
 	})
 	t.Run("a target replica that cannot be asked: the answer is inconclusive, the source not asked", func(t *testing.T) {
 		src := &countingSource{asked: map[string]int{}, answers: map[string][]ProxySync{"10.0.0.1": nil, "10.0.1.1": nil}}
-		g := SyncGate{Source: src, Istiods: func(rev string) []Istiod { return istiods[rev] }, Timeout: time.Minute, Interval: time.Second}
+		g := SyncGate{Source: src, RootNamespace: "istio-system", Istiods: func(rev string) []Istiod { return istiods[rev] }, Timeout: time.Minute, Interval: time.Second}
 		v := g.Evaluate(context.Background(), w, t0)
 		assert.Equal(t, canary.ResultInconclusive, v.Result)
 		assert.Equal(t, map[string]int{"istiod-1-26-a shop": 1, "istiod-1-26-b shop": 1}, src.asked)
 	})
 	t.Run("no Ready istiod of the target: nothing is asked", func(t *testing.T) {
 		src := &countingSource{asked: map[string]int{}}
-		g := SyncGate{Source: src, Istiods: func(rev string) []Istiod { return istiods[rev] }, Timeout: time.Minute, Interval: time.Second}
+		g := SyncGate{Source: src, RootNamespace: "istio-system", Istiods: func(rev string) []Istiod { return istiods[rev] }, Timeout: time.Minute, Interval: time.Second}
 		other := w
 		other.TargetRevision = "1-27"
 		v := g.Evaluate(context.Background(), other, t0)
@@ -267,7 +267,7 @@ func TestTheSyncGateAsksEachIstiodOncePerRun(t *testing.T) {
 		same := w
 		same.SourceRevision = "1-26"
 		src := &countingSource{asked: map[string]int{}, answers: map[string][]ProxySync{"10.0.0.1": nil, "10.0.0.2": nil}}
-		g := SyncGate{Source: src, Istiods: func(rev string) []Istiod { return istiods[rev] }, Timeout: time.Minute, Interval: time.Second}
+		g := SyncGate{Source: src, RootNamespace: "istio-system", Istiods: func(rev string) []Istiod { return istiods[rev] }, Timeout: time.Minute, Interval: time.Second}
 		g.Evaluate(context.Background(), same, t0)
 		assert.Equal(t, map[string]int{"istiod-1-26-a shop": 1, "istiod-1-26-b shop": 1}, src.asked)
 	})
@@ -277,7 +277,7 @@ func TestSyncGateWaitsItsInterval(t *testing.T) {
 	w := wave(member("cart", pod("cart-1", "1-26")))
 	w.Analysis.Checked = map[string]time.Time{GateSync: t0}
 	src := &countingSource{asked: map[string]int{}}
-	g := SyncGate{Source: src, Istiods: func(string) []Istiod { return []Istiod{replicaA} }, Timeout: time.Minute, Interval: 5 * time.Second}
+	g := SyncGate{Source: src, RootNamespace: "istio-system", Istiods: func(string) []Istiod { return []Istiod{replicaA} }, Timeout: time.Minute, Interval: 5 * time.Second}
 	v := g.Evaluate(context.Background(), w, t0.Add(2*time.Second))
 	assert.Equal(t, canary.ResultPending, v.Result)
 	assert.True(t, v.Deferred)
@@ -290,7 +290,7 @@ func TestSyncGateIsNotAskedAgainOnceTheMetricChecksBegan(t *testing.T) {
 	ready := t0
 	w.Analysis.ReadyAt = &ready
 	src := &countingSource{asked: map[string]int{}}
-	g := SyncGate{Source: src, Istiods: func(string) []Istiod { return []Istiod{replicaA} }, Timeout: time.Minute, Interval: 5 * time.Second}
+	g := SyncGate{Source: src, RootNamespace: "istio-system", Istiods: func(string) []Istiod { return []Istiod{replicaA} }, Timeout: time.Minute, Interval: 5 * time.Second}
 	v := g.Evaluate(context.Background(), w, t0.Add(time.Minute))
 	assert.Equal(t, canary.ResultPass, v.Result)
 	assert.True(t, v.Deferred)

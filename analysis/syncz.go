@@ -94,7 +94,7 @@ type GRPCSyncz struct {
 	// name, istiod-<rev>.<RootNamespace>.svc; empty skips the verification,
 	// as istioctl does.
 	CAFile string
-	// RootNamespace is where istiod runs; default istio-system.
+	// RootNamespace is where istiod runs (the agent's rootNamespace).
 	RootNamespace string
 	// PodName and PodIP name the requester in its node ID (the agent's own
 	// pod); defaults "meshwave" and 127.0.0.1. istiod only checks that the
@@ -187,9 +187,6 @@ func (g GRPCSyncz) node(id tokenIdentity) (*corev3.Node, error) {
 // revision: istiod-<rev>.<root>.svc, or istiod.<root>.svc for the default
 // revision.
 func ServerName(revision, rootNamespace string) string {
-	if rootNamespace == "" {
-		rootNamespace = "istio-system"
-	}
 	if revision == "" || revision == "default" {
 		return "istiod." + rootNamespace + ".svc"
 	}

@@ -68,7 +68,7 @@ func TestIdentityOfReadsTheServiceAccountFromTheTokenSubject(t *testing.T) {
 }
 
 func TestServerNameIsTheRevisionsService(t *testing.T) {
-	assert.Equal(t, "istiod-1-26.istio-system.svc", ServerName("1-26", ""))
+	assert.Equal(t, "istiod-1-26.istio-system.svc", ServerName("1-26", "istio-system"))
 	assert.Equal(t, "istiod-canary.mesh.svc", ServerName("canary", "mesh"))
 	assert.Equal(t, "istiod.istio-system.svc", ServerName("default", "istio-system"))
 	assert.Equal(t, "istiod.istio-system.svc", ServerName("", "istio-system"))
@@ -143,7 +143,7 @@ func TestTheGRPCClientNamesItselfAfterItsToken(t *testing.T) {
 	p, err := strconv.Atoi(port)
 	require.NoError(t, err)
 
-	client := GRPCSyncz{Port: p, TokenFile: filepath.Join(dir, "token"), CAFile: filepath.Join(dir, "ca.pem"),
+	client := GRPCSyncz{Port: p, TokenFile: filepath.Join(dir, "token"), CAFile: filepath.Join(dir, "ca.pem"), RootNamespace: "istio-system",
 		PodName: "meshwave-7c9f-x2", PodIP: "10.1.2.3", Timeout: 5 * time.Second}
 	got, err := client.Syncz(context.Background(), Istiod{Pod: "istiod-1-26-a", IP: host, Revision: "1-26"}, "")
 	require.NoError(t, err)

@@ -108,25 +108,13 @@ func (p NamespacePlan) Remaining() int {
 	return n
 }
 
-// WaveSizes configures how waves are cut.
+// WaveSizes configures how waves are cut; Config.WithDefaults fills in
+// the zero sizes and caps them at MaxWaveSize.
 type WaveSizes struct {
-	// CanarySize is the size of the first wave; default 1.
+	// CanarySize is the size of the first wave.
 	CanarySize int
-	// BatchSize is the largest size of a later wave; default 5.
+	// BatchSize is the largest size of a later wave.
 	BatchSize int
-}
-
-func (s WaveSizes) withDefaults() WaveSizes {
-	if s.CanarySize <= 0 {
-		s.CanarySize = 1
-	}
-	if s.BatchSize <= 0 {
-		s.BatchSize = 5
-	}
-	// A wave's members are listed in the status, which holds at most
-	// MaxWaveSize of them; the agent's configuration refuses more.
-	s.CanarySize, s.BatchSize = min(s.CanarySize, MaxWaveSize), min(s.BatchSize, MaxWaveSize)
-	return s
 }
 
 // MaxWaveSize is the largest wave: canarySize and batchSize are at most
@@ -149,12 +137,13 @@ const MaxWaveSize = maxMembers
 // d(1) e(100): the waves are [a] [b c] [d] [e].
 func PlanNamespace(ns string, deployments []Workload, targetRevision, migration string, wavesRun int, sizes WaveSizes) NamespacePlan {
 	set, _ := parseWorkloads(deployments)
-	return planNamespace(ns, set, targetRevision, migration, wavesRun, sizes)
+	return planNamespace(ns, set, targetRevision, migration, wavesRun, Config{Sizes: sizes}.WithDefaults().Sizes)
 }
 
-// planNamespace is PlanNamespace over workloads already parsed.
+// planNamespace is PlanNamespace over workloads already parsed, with sizes
+// already filled in (Config.WithDefaults): a size of zero would cut empty
+// waves forever.
 func planNamespace(ns string, set workloadSet, targetRevision, migration string, wavesRun int, sizes WaveSizes) NamespacePlan {
-	sizes = sizes.withDefaults()
 	plan := NamespacePlan{Namespace: ns, TargetRevision: targetRevision}
 	// The workloads to move, in name order, as the set is.
 	todo := make([]Planned, 0, len(set))
@@ -249,7 +238,8 @@ func (plan *NamespacePlan) place(w parsedWorkload, targetRevision, migration str
 
 // planRemaining plans what a migration in status st has left: every
 // workload not yet moved by it, in waves, without the members of the wave
-// in flight. Both the engine and `meshwave plan` use it.
+// in flight. Both the engine and `meshwave plan` use it; sizes are filled
+// in (Config.WithDefaults).
 func planRemaining(ns string, set workloadSet, st *Status, sizes WaveSizes) NamespacePlan {
 	p := planNamespace(ns, set, st.TargetRevision, st.MigrationID(), st.Wave, sizes)
 	if len(st.Workloads) == 0 {
@@ -301,6 +291,7 @@ type PlanInput struct {
 // get a plan with no waves and the problem as an exclusion of the whole
 // namespace.
 func PlanWaves(inputs []PlanInput, sizes WaveSizes) []NamespacePlan {
+	sizes = Config{Sizes: sizes}.WithDefaults().Sizes
 	var plans []NamespacePlan
 	for _, in := range inputs {
 		r := in.Reading
@@ -349,12 +340,4 @@ func unresolvedTarget(ns, target string) InputError {
 		Key: AnnotationTargetRevision, Kind: "namespace", Namespace: ns, Name: ns, Value: target,
 		Expected: fmt.Sprintf("an installed revision or tag (no MutatingWebhookConfiguration istio-sidecar-injector-%s or istio-revision-tag-%s exists)", target, target),
 	}
-}
-
-// durationOr returns d, or def when d is zero.
-func durationOr(d, def time.Duration) time.Duration {
-	if d == 0 {
-		return def
-	}
-	return d
 }

@@ -79,7 +79,7 @@ func (r Reading) WaveToVerify() (WaveUnderTest, bool) {
 		if out.GatesSince.After(start) {
 			start = out.GatesSince
 		}
-		timeout := durationOr(w.settings.ReadinessTimeout, cfg.ReadinessTimeout)
+		timeout := cfg.readinessTimeoutOf(w.settings)
 		out.Workloads = append(out.Workloads, WaveWorkload{Workload: *w.Workload, Record: rec, Deadline: start.Add(timeout), Timeout: timeout})
 	}
 	return out, true
