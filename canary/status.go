@@ -293,7 +293,7 @@ type AnalysisState struct {
 // older writer left it. It must be meshwave's JSON with its keys spelt
 // exactly (no unknown, misspelt or duplicate key) and values that make
 // sense (Validate). An error means the status cannot be trusted: the
-// decider then adopts the migration from the Deployments' move records.
+// reading then rebuilds the migration from the Deployments' move records.
 func ParseStatus(annotations map[string]string) (*Status, bool, error) {
 	raw, ok := annotations[AnnotationStatus]
 	if !ok {

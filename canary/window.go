@@ -24,7 +24,7 @@ type Window struct {
 }
 
 // Bounds of a window. A cron expression opens at most once a minute, so a
-// shorter window could close before the decider saw it open; a window of
+// shorter window could close before a decision saw it open; a window of
 // more than 31 days opens again before it closes whatever its schedule.
 const (
 	MinWindowDuration = time.Minute
