@@ -304,6 +304,16 @@ var exploredSeeds = []seed{
 		script: []string{"reconcile", "paused", "reconcile, gates pass"},
 	},
 	{
+		name: "completed", groups: allGroups,
+		build:  func() (*exploration, *cluster) { return oneNamespace("canary") },
+		script: []string{"reconcile", "reconcile, gates pass", "reconcile", "reconcile, gates pass"},
+	},
+	{
+		name: "rolled-back", groups: allGroups,
+		build:  func() (*exploration, *cluster) { return oneNamespace("1-26") },
+		script: []string{"reconcile", "reconcile, gates pass", "reconcile", "reconcile, gates fail", "reconcile, gates pass"},
+	},
+	{
 		name:   "two-namespaces",
 		groups: []string{groupAgent, groupStatus, groupRecords, groupMesh, groupPerson, groupPeers},
 		build:  twoNamespaces,
