@@ -135,7 +135,7 @@ demo-check: prometheus istio ## Run the demo non-interactively; fails unless it 
 # many times slower and find nothing the plain build does not), and these
 # targets run it without -race. explore-smoke is the depth make test runs
 # (about 10 s of work on two cores); explore goes deeper.
-EXPLORE_DEPTH ?= 5
+EXPLORE_DEPTH ?= 4
 EXPLORE_SEEDS ?=
 EXPLORE_CHECKS ?=
 EXPLORE_GROUPS ?=
@@ -145,7 +145,7 @@ explore-smoke: ## Explore every sequence of events over the decisions to a small
 	@set -o pipefail; $(GO) test -count=1 -run '^TestExplore$$' -v ./canary | grep -v '^=== '
 
 .PHONY: explore
-explore: ## Explore deeper (EXPLORE_DEPTH=5; EXPLORE_SEEDS, EXPLORE_CHECKS, EXPLORE_GROUPS narrow it); writes bench/results.md's exploration section.
+explore: ## Explore deeper (EXPLORE_DEPTH=4; EXPLORE_SEEDS, EXPLORE_CHECKS, EXPLORE_GROUPS narrow it); writes bench/results.md's exploration section.
 	@mkdir -p bench
 	@set -o pipefail; MESHWAVE_EXPLORE_DEPTH=$(EXPLORE_DEPTH) MESHWAVE_EXPLORE_SEEDS=$(EXPLORE_SEEDS) \
 	  MESHWAVE_EXPLORE_CHECKS=$(EXPLORE_CHECKS) MESHWAVE_EXPLORE_GROUPS=$(EXPLORE_GROUPS) \

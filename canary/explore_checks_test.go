@@ -2,6 +2,7 @@ package canary
 
 import (
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 )
@@ -25,6 +26,7 @@ var exploredInvariants = []invariant{
 	{"no-hot-loop", noHotLoop},
 	{"settles", settles},
 	{"rollback-to-source", rollbackEndsOnTheSource},
+	{"facts-agree", factsAgree},
 }
 
 // restartedOnce: no workload is restarted twice for one move. A move is
@@ -332,6 +334,25 @@ func rollbackEndsOnTheSource(_ *exploration, _ *cluster, tr transition) string {
 		}
 	}
 	return ""
+}
+
+// factsAgree: the decision made from the Facts the agent keeps beside each
+// workload is the one made from reading the workloads.
+func factsAgree(_ *exploration, _ *cluster, tr transition) string {
+	dd := tr.decided
+	if dd == nil || dd.withFacts == nil || reflect.DeepEqual(dd.d, *dd.withFacts) {
+		return ""
+	}
+	return fmt.Sprintf("the decision from the workloads' Facts differs: %s (events %v) instead of %s (events %v)",
+		decisionWords(*dd.withFacts), eventReasons(*dd.withFacts), decisionWords(dd.d), eventReasons(dd.d))
+}
+
+func decisionWords(d Decision) string {
+	st := "no status"
+	if d.Status != nil {
+		st = statusWords(d.Status)
+	}
+	return fmt.Sprintf("%s, label %q, %d moves", st, d.Label, len(d.Moves))
 }
 
 func eventReasons(d Decision) []string {

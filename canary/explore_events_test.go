@@ -26,6 +26,9 @@ type exploration struct {
 	gitLabel     string
 	gitWorkloads map[string]map[string]Workload
 	events       []event
+	// compareFacts makes each reconcile decide a second time, from the
+	// workloads' Facts (the facts-agree invariant).
+	compareFacts bool
 	// settled memoises the settles check by the state it starts from.
 	settledMu sync.Mutex
 	settled   map[[16]byte]string
@@ -69,6 +72,10 @@ type decided struct {
 	before Peer
 	// restarts are the moves carried out that restarted a workload.
 	restarts []Move
+	// withFacts is the decision made from the same input with each
+	// workload's Facts kept beside it, as the agent hands them in (only
+	// when the facts-agree invariant is checked).
+	withFacts *Decision
 }
 
 // Event groups, for choosing the events of a seed.
@@ -82,11 +89,13 @@ const (
 	groupClock   = "clock"   // the clock moved to the next edge of the maintenance window
 	groupInvalid = "invalid" // invalid and empty values of every annotation read, and their fixes
 	groupPeers   = "peers"   // a namespace's priority changed
+	groupTempo   = "tempo"   // a reconcile a tenth of a second after the last, as the agent's own write brings it back
 )
 
 // exploredEvents is every event, in the order its successors are tried.
 var exploredEvents = []event{
 	{"reconcile", groupAgent, reconcileEvent},
+	{"reconcile at once", groupTempo, reconcileAtOnce},
 	{"status lost", groupStatus, statusLost},
 	{"status emptied", groupStatus, statusEmptied},
 	{"status edited back one wave", groupStatus, statusEditedBack},
@@ -216,6 +225,19 @@ func (x *exploration) decide(c *cluster, i int, now time.Time, choose func(WaveU
 			WasOptedIn: ns.wasOptedIn, Now: now, Config: x.cfg}
 		dd := &decided{in: in, d: Decide(in), verdict: choice.name, before: before}
 		dd.reads = reads
+		if x.compareFacts {
+			kept := in
+			kept.Status, _, _ = ParseStatus(ns.Annotations)
+			var keptReads int
+			kept.Snapshot = c.snapshot(ns, &keptReads)
+			kept.Snapshot.Workloads = make([]Workload, len(ns.workloads))
+			for i, w := range ns.workloads {
+				w.Facts = ReadFacts(&w)
+				kept.Snapshot.Workloads[i] = w
+			}
+			d := Decide(kept)
+			dd.withFacts = &d
+		}
 		if verifying {
 			dd.wave = &wave
 		}
@@ -228,13 +250,25 @@ func (x *exploration) decide(c *cluster, i int, now time.Time, choose func(WaveU
 // each decision is carried out whole, and also cut short by a crash after
 // the namespace write and after each single patch of several.
 func reconcileEvent(x *exploration, c *cluster, emit func(transition)) {
-	now := c.now.Add(x.step)
+	x.reconcile(c, x.step, "reconcile", emit)
+}
+
+// reconcileAtOnce is a reconcile soon after the last one (the agent's
+// `soon`), in the same second as often as not: the watch event of its own
+// write brings a namespace back at once. It reaches restarts and
+// rollbacks stamped in the same second.
+func reconcileAtOnce(x *exploration, c *cluster, emit func(transition)) {
+	x.reconcile(c, soon, "reconcile at once", emit)
+}
+
+func (x *exploration) reconcile(c *cluster, after time.Duration, what string, emit func(transition)) {
+	now := c.now.Add(after)
 	for i, ns := range c.namespaces {
 		if !concerns(ns) {
 			continue
 		}
 		x.decide(c, i, now, func(w WaveUnderTest, ok bool) []verdictChoice { return verdictChoices(w, ok, now) }, func(dd *decided) {
-			label := prefix(c, ns) + "reconcile"
+			label := prefix(c, ns) + what
 			if dd.verdict != "" {
 				label += ", gates " + dd.verdict
 			}

@@ -139,6 +139,7 @@ type counterexample struct {
 func newExplorer(s seed, checks []invariant, depth int) (*explorer, error) {
 	x, initial := s.build()
 	x.settled = map[[16]byte]string{}
+	x.compareFacts = slices.ContainsFunc(checks, func(i invariant) bool { return i.name == "facts-agree" })
 	script, err := x.play(initial, s.script)
 	if err != nil {
 		return nil, err
@@ -312,7 +313,7 @@ type seed struct {
 	script []string
 }
 
-var allGroups = []string{groupAgent, groupStatus, groupRecords, groupMesh, groupPerson, groupGitOps, groupClock, groupInvalid}
+var allGroups = []string{groupAgent, groupTempo, groupStatus, groupRecords, groupMesh, groupPerson, groupGitOps, groupClock, groupInvalid}
 
 var exploredSeeds = []seed{
 	{
@@ -346,7 +347,7 @@ var exploredSeeds = []seed{
 	},
 	{
 		name:   "two-namespaces",
-		groups: []string{groupAgent, groupStatus, groupRecords, groupMesh, groupPerson, groupPeers},
+		groups: []string{groupAgent, groupTempo, groupStatus, groupRecords, groupMesh, groupPerson, groupPeers},
 		build:  twoNamespaces,
 		script: []string{"shop: reconcile", "blog: reconcile"},
 	},
