@@ -198,7 +198,7 @@ func statusReadsBack(_ *exploration, _ *cluster, tr transition) string {
 	if err != nil {
 		return "the status written does not encode: " + err.Error()
 	}
-	if _, _, err := ParseStatus(map[string]string{AnnotationStatus: raw}); err != nil {
+	if _, _, err := readStatus(raw, map[string]string{AnnotationStatus: raw}); err != nil {
 		return fmt.Sprintf("the status written (%s) does not read back: %v", statusWords(dd.d.Status), err)
 	}
 	return ""

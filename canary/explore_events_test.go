@@ -48,8 +48,9 @@ type event struct {
 type transition struct {
 	label string
 	to    *cluster
-	// ns is the index of the namespace a reconcile decided on; decided is
-	// that decision, nil for the other events.
+	// ns is the index of the namespace the event concerns (-1: the mesh
+	// or the clock); decided is the decision of a reconcile, nil for the
+	// other events.
 	ns      int
 	decided *decided
 }
@@ -121,8 +122,7 @@ func prefix(c *cluster, ns *clusterNamespace) string {
 	return ""
 }
 
-// each calls f with a copy of c and the copy's namespace of index i, for
-// every namespace.
+// each calls f with each namespace of c and its index.
 func each(c *cluster, f func(i int, ns *clusterNamespace)) {
 	for i, ns := range c.namespaces {
 		f(i, ns)
@@ -226,8 +226,9 @@ func (x *exploration) decide(c *cluster, i int, now time.Time, choose func(WaveU
 		dd := &decided{in: in, d: Decide(in), verdict: choice.name, before: before}
 		dd.reads = reads
 		if x.compareFacts {
+			// The same status: had the first decision changed it, the
+			// second one would differ.
 			kept := in
-			kept.Status, _, _ = ParseStatus(ns.Annotations)
 			var keptReads int
 			kept.Snapshot = c.snapshot(ns, &keptReads)
 			kept.Snapshot.Workloads = make([]Workload, len(ns.workloads))
@@ -250,24 +251,27 @@ func (x *exploration) decide(c *cluster, i int, now time.Time, choose func(WaveU
 // each decision is carried out whole, and also cut short by a crash after
 // the namespace write and after each single patch of several.
 func reconcileEvent(x *exploration, c *cluster, emit func(transition)) {
-	x.reconcile(c, x.step, "reconcile", emit)
+	now := c.now.Add(x.step)
+	x.reconcile(c, x.step, "reconcile", func(w WaveUnderTest, ok bool) []verdictChoice { return verdictChoices(w, ok, now) }, emit)
 }
 
 // reconcileAtOnce is a reconcile soon after the last one (the agent's
 // `soon`), in the same second as often as not: the watch event of its own
 // write brings a namespace back at once. It reaches restarts and
-// rollbacks stamped in the same second.
+// rollbacks stamped in the same second. The gates answer what they see
+// (honestGates): a failure or an inconclusive answer is the reconcile's
+// a minute later.
 func reconcileAtOnce(x *exploration, c *cluster, emit func(transition)) {
-	x.reconcile(c, soon, "reconcile at once", emit)
+	x.reconcile(c, soon, "reconcile at once", honestGates, emit)
 }
 
-func (x *exploration) reconcile(c *cluster, after time.Duration, what string, emit func(transition)) {
+func (x *exploration) reconcile(c *cluster, after time.Duration, what string, gates func(WaveUnderTest, bool) []verdictChoice, emit func(transition)) {
 	now := c.now.Add(after)
 	for i, ns := range c.namespaces {
 		if !concerns(ns) {
 			continue
 		}
-		x.decide(c, i, now, func(w WaveUnderTest, ok bool) []verdictChoice { return verdictChoices(w, ok, now) }, func(dd *decided) {
+		x.decide(c, i, now, gates, func(dd *decided) {
 			label := prefix(c, ns) + what
 			if dd.verdict != "" {
 				label += ", gates " + dd.verdict

@@ -3,5 +3,5 @@
 package canary
 
 // raceDetector is true in a build with the race detector: the explorer
-// skips it (see TestExplore).
+// skips it (TestEveryEventSequenceKeepsTheInvariants).
 const raceDetector = true
