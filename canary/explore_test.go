@@ -348,6 +348,28 @@ var exploredSeeds = []seed{
 		script: []string{"reconcile", "reconcile, gates pass", "reconcile", "reconcile, gates fail", "reconcile, gates pass"},
 	},
 	{
+		// The namespace's failure policy Pause: a failed wave pauses,
+		// and a person's resume judges it again.
+		name: "failed-paused", groups: allGroups,
+		build: func() (*exploration, *cluster) {
+			x, c := oneNamespace("1-26")
+			c.namespaces[0].Annotations[AnnotationFailurePolicy] = string(PolicyPause)
+			return x, c
+		},
+		script: []string{"reconcile", "reconcile, gates fail"},
+	},
+	{
+		// The failure policy Continue, up to half the workloads: a
+		// member that failed stays where it is, and its record says so.
+		name: "failure-tolerated", groups: allGroups,
+		build: func() (*exploration, *cluster) {
+			x, c := oneNamespace("1-26")
+			x.cfg.FailurePolicy, x.cfg.MaxFailedPercent = PolicyContinue, 50
+			return x, c
+		},
+		script: []string{"reconcile", "reconcile, gates pass", "reconcile", "reconcile, gates fail"},
+	},
+	{
 		name:   "two-namespaces",
 		groups: []string{groupAgent, groupTempo, groupStatus, groupRecords, groupMesh, groupPerson, groupPeers},
 		build:  twoNamespaces,

@@ -426,6 +426,9 @@ func (c *cluster) describe() string {
 					dir = "<"
 				}
 				rec = fmt.Sprintf(" [w%d%s%s]", r.Wave, dir, r.Revision)
+				if r.Outcome != "" {
+					rec = fmt.Sprintf(" [w%d%s%s %s]", r.Wave, dir, r.Revision, r.Outcome)
+				}
 			}
 			fmt.Fprintf(&b, " %s %s%s", w.Name, strings.Join(revs, ","), rec)
 		}
