@@ -53,7 +53,8 @@ func restartedOnce(_ *exploration, from *cluster, tr transition) string {
 
 // wavesInOrder: no wave starts before the one before it passed: a forward
 // restart in wave n of a migration, or a status that starts wave n, comes
-// only after the gates passed wave n-1 of that migration on this path.
+// only after the gates passed wave n-1 of that migration on this path (or
+// failed it, and the failure policy Continue tolerated that).
 func wavesInOrder(_ *exploration, _ *cluster, tr transition) string {
 	dd := tr.decided
 	if dd == nil {

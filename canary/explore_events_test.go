@@ -307,8 +307,10 @@ func (x *exploration) carryOut(c *cluster, i int, now time.Time, in *decided, la
 	ns := next.namespaces[i]
 	ns.ownLedgers()
 	d := dd.d
-	if dd.wave != nil && !dd.wave.Rollback && dd.verdict == "pass" && dd.in.Status != nil {
-		ns.passed[fmt.Sprintf("%s#%d", dd.in.Status.MigrationID(), dd.wave.Wave)] = true
+	// The gates passed the wave, or its failure was tolerated (the
+	// Continue policy): the next wave may start.
+	if w := dd.wave; w != nil && !w.Rollback && dd.in.Status != nil && (dd.verdict == "pass" || hasEvent(d, "FailureTolerated")) {
+		ns.passed[fmt.Sprintf("%s#%d", dd.in.Status.MigrationID(), w.Wave)] = true
 	}
 	if err := applyNamespaceWrite(ns, d); err != nil {
 		panic(err) // reported by the check that every status reads back

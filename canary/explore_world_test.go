@@ -43,7 +43,8 @@ type clusterNamespace struct {
 	// restarts is, per workload, the last restart meshwave made of it and
 	// what happened to that move since (restartLedger).
 	restarts map[string]restartLedger
-	// passed holds the waves the gates passed, as "migration#wave".
+	// passed holds the waves the gates passed (or whose failure was
+	// tolerated), as "migration#wave".
 	passed map[string]bool
 	// written are the statuses meshwave wrote on this path, oldest first:
 	// the stale copies a person or a deposed leader may put back. They are
@@ -127,15 +128,6 @@ var exploredRevisions = map[string]Revision{
 
 func (c *cluster) mesh() Mesh {
 	return Mesh{Revisions: exploredRevisions, Tags: c.tags}
-}
-
-func (c *cluster) namespace(name string) *clusterNamespace {
-	for _, ns := range c.namespaces {
-		if ns.Name == name {
-			return ns
-		}
-	}
-	return nil
 }
 
 func (ns *clusterNamespace) workload(name string) *Workload {
