@@ -26,6 +26,7 @@ var exploredInvariants = []invariant{
 	{"no-hot-loop", noHotLoop},
 	{"settles", settles},
 	{"rollback-to-source", rollbackEndsOnTheSource},
+	{"label-owned", labelAsOwned},
 	{"facts-agree", factsAgree},
 }
 
@@ -333,6 +334,45 @@ func rollbackEndsOnTheSource(_ *exploration, _ *cluster, tr transition) string {
 				return fmt.Sprintf("RolledBack (%s) while %s, %s by %s, runs %s, not the source %s", st.Reason, w.Name, what, migration, p.Revision, st.SourceRevision)
 			}
 		}
+	}
+	return ""
+}
+
+// labelAsOwned: once a decision was carried out, the namespace's
+// istio.io/rev is what its status owns (README: the label switches to the
+// target with the first wave and stays while the migration goes forward
+// or has completed; a rollback, under way, paused or done, puts back the
+// source), a namespace blocked half-way included; unless meshwave gave the
+// label up to whoever reverts it (the third revert in a row: an entry
+// Namespace/<name> of the status's reverts counted 3 times or more).
+func labelAsOwned(_ *exploration, _ *cluster, tr transition) string {
+	dd := tr.decided
+	if dd == nil || !dd.full {
+		return ""
+	}
+	ns := tr.to.namespaces[tr.ns]
+	st, ok, err := ns.status()
+	if _, opted := ns.Annotations[AnnotationTargetRevision]; !ok || err != nil || !opted {
+		return ""
+	}
+	for _, r := range st.Reverts {
+		if r.Object == "Namespace/"+ns.Name && r.Count >= 3 {
+			return ""
+		}
+	}
+	phase := st.Phase
+	if phase == PhaseBlocked {
+		phase = st.BlockedPhase
+	}
+	want := ""
+	switch {
+	case phase == PhaseRollingBack || phase == PhaseRolledBack || phase == PhasePaused && st.WaveState == WaveRollingBack:
+		want = st.SourceLabel
+	case phase == PhaseCompleted || st.Wave > 0 && (phase == PhaseMigrating || phase == PhaseAnalyzing || phase == PhasePaused):
+		want = st.Target
+	}
+	if got := ns.Labels[LabelRev]; want != "" && got != want {
+		return fmt.Sprintf("%s leaves %s=%s, not %s", statusWords(st), LabelRev, got, want)
 	}
 	return ""
 }
