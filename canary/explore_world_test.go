@@ -306,7 +306,7 @@ func (c *cluster) applyEviction(ns *clusterNamespace, e Eviction) {
 // key is the state's identity: a hash (sha256, cut to 128 bits) of a
 // canonical encoding (lengths before strings, maps in key order) of
 // everything a decision reads (the namespaces' labels and annotations, the
-// workloads' annotations and templates, their pods' revisions and
+// workloads' labels, annotations and templates, their pods' revisions and
 // readiness, RolledOutRestart, the tags, the clock) and of what the agent
 // and the invariants remember (wasOptedIn, the restarts, the waves
 // passed). withClock false leaves out the clock and the memory: what the
@@ -378,6 +378,7 @@ func (c *cluster) computeKey(withClock bool) [16]byte {
 		}
 		for _, w := range ns.workloads {
 			str(w.Name)
+			dict(w.Labels)
 			dict(w.Annotations)
 			dict(w.TemplateLabels)
 			dict(w.TemplateAnnotations)
