@@ -48,8 +48,9 @@ type clusterNamespace struct {
 	passed map[string]bool
 	// written are the statuses meshwave wrote on this path, oldest first:
 	// the stale copies a person or a deposed leader may put back. They are
-	// not part of the state's key: a state is explored with the copies of
-	// the first (shortest) path that reached it.
+	// not part of the state's key (they would make every path a state of
+	// its own): a state is explored with the copies of the path it was
+	// expanded from, the first to reach it or a shorter one found later.
 	written []string
 }
 
