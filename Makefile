@@ -130,8 +130,31 @@ e2e: prometheus istio ## End-to-end tests on the local world (real apiserver, et
 demo-check: prometheus istio ## Run the demo non-interactively; fails unless it ends as expected.
 	cd e2e && $(GO) run -ldflags "$(K8S_LDFLAGS)" ./cmd/demo --check
 
+# The explorer (canary.TestEveryEventSequenceKeepsTheInvariants) enumerates event sequences over the
+# decisions, which are pure: make unit's -race build skips it (it would run
+# many times slower and find nothing the plain build does not), and these
+# targets run it without -race. explore-smoke is the depth make test runs
+# (depth 3: about 8 s of work on two cores); explore goes deeper (depth 4:
+# about 2,000,000 transitions, 10 to 20 minutes on two cores).
+EXPLORE_DEPTH ?= 4
+EXPLORE_SEEDS ?=
+EXPLORE_CHECKS ?=
+EXPLORE_GROUPS ?=
+
+.PHONY: explore-smoke
+explore-smoke: ## Explore every sequence of events over the decisions to a small depth and check the invariants (part of make test).
+	@set -o pipefail; $(GO) test -count=1 -run '^TestEveryEventSequenceKeepsTheInvariants$$' -v ./canary | grep -v '^=== '
+
+.PHONY: explore
+explore: ## Explore deeper (EXPLORE_DEPTH=4; EXPLORE_SEEDS, EXPLORE_CHECKS, EXPLORE_GROUPS narrow it); writes bench/results.md's exploration section.
+	@mkdir -p bench
+	@set -o pipefail; MESHWAVE_EXPLORE_DEPTH=$(EXPLORE_DEPTH) MESHWAVE_EXPLORE_SEEDS=$(EXPLORE_SEEDS) \
+	  MESHWAVE_EXPLORE_CHECKS=$(EXPLORE_CHECKS) MESHWAVE_EXPLORE_GROUPS=$(EXPLORE_GROUPS) \
+	  MESHWAVE_EXPLORE_RESULTS=$(BENCH_OUT) MESHWAVE_EXPLORE_COMMIT=$$(git rev-parse --short HEAD 2>/dev/null || echo unknown) \
+	  $(GO) test -count=1 -timeout 12h -run '^TestEveryEventSequenceKeepsTheInvariants$$' -v ./canary | grep -v '^=== '
+
 .PHONY: test
-test: lint unit fuzz e2e bench-smoke demo-check ## Every tier: lint, unit, fuzz (briefly), e2e, each benchmark once (small), and the demo once.
+test: lint unit explore-smoke fuzz e2e bench-smoke demo-check ## Every tier: lint, unit, the exploration (small), fuzz (briefly), e2e, each benchmark once (small), and the demo once.
 
 BENCH_OUT := $(CURDIR)/bench/results.md
 
