@@ -27,7 +27,8 @@ func stop(m *machine) {
 	}
 	st.Phase = PhaseStopped
 	st.BlockedPhase = ""
-	st.NextWaveAt = nil
+	// No wave waits any more, for its delay or its window.
+	st.NextWaveAt, st.NextWindow = nil, nil
 	if st.Wave == 0 {
 		st.Reason = AnnotationTargetRevision + " was removed before the first wave; nothing was changed"
 	} else {
