@@ -3,6 +3,7 @@ package canary
 import (
 	"fmt"
 	"strings"
+	"time"
 )
 
 // startWave starts the next wave of the plan (or completes the migration
@@ -21,7 +22,7 @@ func startWave(m *machine) step {
 		st.Workloads = append(st.Workloads, WorkloadState{Name: p.Name, State: StateMoving})
 		names = append(names, p.Name)
 	}
-	st.WaveStartedAt, st.GatesSince = timePtr(m.now), timePtr(m.now)
+	st.WaveStartedAt, st.GatesSince = timePtr(recordedStart(m, st)), timePtr(m.now)
 	st.NextWaveAt, st.Analysis, st.Verdicts = nil, nil, nil
 	st.Phase, st.Reason = PhaseMigrating, ""
 	kind := ""
@@ -32,6 +33,26 @@ func startWave(m *machine) step {
 	ensureLabel(m, st.Target)
 	next, _ := restarts(m)
 	return next
+}
+
+// recordedStart is when the wave st now starts began: now, or, for a wave
+// whose moves are on record already (a status older than its moves, a
+// status edited back), when the first of them was made, as adoption
+// dates a wave (adoptLastWave). A restart of such a member whose record
+// is removed since, or whose move is undone whole, still shows as one of
+// this wave, and it is not restarted a second time.
+func recordedStart(m *machine, st *Status) time.Time {
+	started := m.now
+	for _, w := range st.Workloads {
+		p, ok := m.workloads().find(w.Name)
+		if !ok {
+			continue
+		}
+		if r := p.forwardIn(st.MigrationID()); r != nil && r.Wave == st.Wave && r.At.Before(started) {
+			started = r.At
+		}
+	}
+	return started
 }
 
 // migrating drives the wave in flight: a rollback asked of it, its
