@@ -31,6 +31,9 @@ func restarts(m *machine) (step, bool) {
 			m.event(p.Name, EventNormal, "Skipped", w.Reason)
 			markOutcome(m, p, OutcomeSkipped)
 		}
+		if w.State == StateMoving {
+			w = outcomeOnRecord(st, p, w)
+		}
 		kept = append(kept, w)
 		if w.State == StateFailed && policy(m) == PolicyContinue {
 			markOutcome(m, p, OutcomeFailed) // once; again if the last one did not land
@@ -41,6 +44,23 @@ func restarts(m *machine) (step, bool) {
 	}
 	st.Workloads = kept
 	return t.next(m)
+}
+
+// outcomeOnRecord is the member w as its record says, when the record
+// says its move did not pass its wave: failed and tolerated (it stays
+// where it is, and is never restarted again), or skipped out of this wave.
+// The record outranks a status that says it is still moving (a stale copy
+// restored, a paused wave resumed).
+func outcomeOnRecord(st *Status, p parsedWorkload, w WorkloadState) WorkloadState {
+	r := p.forwardIn(st.MigrationID())
+	switch {
+	case r == nil:
+	case r.Outcome == OutcomeFailed:
+		w.State, w.Reason = StateFailed, fmt.Sprintf("failed wave %d and stays where it is, as its %s record says", r.Wave, AnnotationMove)
+	case r.Outcome == OutcomeSkipped && r.Wave == st.Wave:
+		w.State, w.Reason = StateSkipped, fmt.Sprintf("taken out of wave %d, as its %s record says", r.Wave, AnnotationMove)
+	}
+	return w
 }
 
 // restartPass is what the restarts of one decision found.
