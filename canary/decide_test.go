@@ -644,3 +644,143 @@ func TestStatusStaysSmallWithThousandsOfWorkloads(t *testing.T) {
 	assert.Len(t, d.Status.Skipped, maxSkipped)
 	assert.True(t, strings.HasPrefix(d.Status.Skipped[0].Workload, "skip-"))
 }
+
+// playUntil decides, rolling out every patched workload and passing the
+// stand-in gates, until the status reaches phase (or 40 decisions pass).
+func (s *sim) playUntil(phase Phase) {
+	s.t.Helper()
+	for i := 0; i < 40 && (s.status == nil || s.status.Phase != phase); i++ {
+		for _, w := range s.snap.Workloads {
+			if r, ok := ReadMoveRecord(w.Annotations); ok {
+				s.rollOut(r.Revision, w.Name)
+			}
+		}
+		s.decide(s.gates())
+		s.now = s.now.Add(time.Minute)
+	}
+	require.Equal(s.t, phase, s.status.Phase, s.status.Reason)
+}
+
+// editStatus rewrites the status JSON as a person would.
+func (s *sim) editStatus(edit func(map[string]any)) {
+	raw, err := s.status.Encode()
+	require.NoError(s.t, err)
+	var m map[string]any
+	require.NoError(s.t, json.Unmarshal([]byte(raw), &m))
+	edit(m)
+	out, err := json.Marshal(m)
+	require.NoError(s.t, err)
+	str := string(out)
+	s.raw, s.status = &str, nil
+}
+
+// step3 rolls out every workload to its last record, lets two minutes pass
+// and decides with the verdicts given.
+func (s *sim) step3(verdicts func() []Verdict) Decision {
+	for _, w := range s.snap.Workloads {
+		if r, ok := ReadMoveRecord(w.Annotations); ok {
+			s.rollOut(r.Revision, w.Name)
+		}
+	}
+	s.now = s.now.Add(2 * time.Minute)
+	return s.decide(verdicts())
+}
+
+// batchedSim is namespace shop of the named workloads, moved in a canary
+// of one and then waves of two.
+func batchedSim(t *testing.T, names ...string) *sim {
+	var ws []Workload
+	for _, n := range names {
+		ws = append(ws, deploy(n))
+	}
+	s := newSim(t, ws...)
+	s.cfg.Sizes = WaveSizes{CanarySize: 1, BatchSize: 2}
+	return s
+}
+
+// install adds ready control planes of the revisions to the mesh.
+func (s *sim) install(revs ...string) {
+	for _, rev := range revs {
+		s.snap.Mesh.Revisions[rev] = Revision{Name: rev, Istiods: 1, ReadyIstiods: 1}
+	}
+}
+
+// toWave2 plays a, then b and c: wave 2 is patched, not rolled out.
+func toWave2(t *testing.T) *sim {
+	s := batchedSim(t, "a", "b", "c")
+	s.decide(nil)
+	s.rollOut("1-26", "a")
+	s.decide(s.gates())
+	s.now = s.now.Add(time.Minute)
+	d := s.decide(nil)
+	require.Equal(t, 2, d.Status.Wave)
+	require.Len(t, d.Moves, 2)
+	return s
+}
+
+// onTag4 is shop (a, b, c, d) migrating to the tag canary (1-26), with
+// 1-27 installed; canary 1, batches of 2.
+func onTag4(t *testing.T) *sim {
+	s := batchedSim(t, "a", "b", "c", "d")
+	s.install("1-27")
+	s.snap.Namespace.Annotations[AnnotationTargetRevision] = "canary"
+	return s
+}
+
+// toWave2Passed plays onTag4 until wave 2 (b, c) passed: a, b, c on 1-26.
+func toWave2Passed(t *testing.T) *sim {
+	s := onTag4(t)
+	for i := 0; i < 20 && (s.status == nil || s.status.Wave < 2 || s.status.WaveState != WavePassed); i++ {
+		s.step3(s.gates)
+	}
+	require.Equal(t, 2, s.status.Wave)
+	require.Equal(t, WavePassed, s.status.WaveState)
+	return s
+}
+
+// midRollback plays toWave2Passed into a rollback of everything asked by
+// a person, left as how says: "rolling back", "paused rolling back" (a
+// rollback restart failed) or "blocked rolling back" (an invalid
+// annotation). release lifts the pause or the block.
+func midRollback(t *testing.T, how string) (s *sim, played []Decision, release func()) {
+	t.Helper()
+	s = toWave2Passed(t)
+	s.snap.Namespace.Annotations[AnnotationRollback] = "all"
+	played = append(played, s.step3(s.gates))
+	require.Equal(t, PhaseRollingBack, s.status.Phase)
+	switch how {
+	case "paused rolling back":
+		s.now = s.now.Add(time.Minute)
+		played = append(played, s.decide(failRollout("a", "bad")))
+		require.Equal(t, PhasePaused, s.status.Phase)
+		require.Equal(t, WaveRollingBack, s.status.WaveState)
+	case "blocked rolling back":
+		s.snap.Workloads[3].Annotations[AnnotationWave] = "-1"
+		played = append(played, s.decide(nil))
+		require.Equal(t, PhaseBlocked, s.status.Phase)
+	}
+	return s, played, func() {
+		switch how {
+		case "paused rolling back":
+			delete(s.snap.Namespace.Annotations, AnnotationPaused)
+		case "blocked rolling back":
+			delete(s.snap.Workloads[3].Annotations, AnnotationWave)
+		}
+	}
+}
+
+// completedOnTag plays shop to Completed on the tag canary (1-26), then
+// repoints canary to 1-27.
+func completedOnTag(t *testing.T) *sim {
+	s := batchedSim(t, "a", "b", "c")
+	s.install("1-27")
+	s.snap.Namespace.Annotations[AnnotationTargetRevision] = "canary"
+	s.playUntil(PhaseCompleted)
+	require.Equal(t, "1-26", s.status.TargetRevision)
+	s.now = s.now.Add(time.Hour)
+	s.snap.Mesh.Tags["canary"] = "1-27"
+	s.decide(nil)
+	require.Equal(t, PhaseCompleted, s.status.Phase)
+	require.Equal(t, "1-26", s.status.TargetRevision, "an ended status keeps its revision")
+	return s
+}

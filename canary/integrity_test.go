@@ -1,7 +1,6 @@
 package canary
 
 import (
-	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -12,49 +11,6 @@ import (
 
 // The invariants hold whatever meshwave.io/status says: missing,
 // unreadable, edited, or older than the moves.
-
-// playUntil decides, rolling out every patched workload and passing the
-// stand-in gates, until the status reaches phase (or 40 rounds pass).
-func (s *sim) playUntil(phase Phase) {
-	s.t.Helper()
-	for i := 0; i < 40 && (s.status == nil || s.status.Phase != phase); i++ {
-		for _, w := range s.snap.Workloads {
-			if r, ok := ReadMoveRecord(w.Annotations); ok {
-				s.rollOut(r.Revision, w.Name)
-			}
-		}
-		s.decide(s.gates())
-		s.now = s.now.Add(time.Minute)
-	}
-	require.Equal(s.t, phase, s.status.Phase, s.status.Reason)
-}
-
-// toWave2 plays a, then b and c: wave 2 is patched, not rolled out.
-func toWave2(t *testing.T) *sim {
-	s := newSim(t, deploy("a"), deploy("b"), deploy("c"))
-	s.cfg.Sizes = WaveSizes{CanarySize: 1, BatchSize: 2}
-	s.decide(nil)
-	s.rollOut("1-26", "a")
-	s.decide(s.gates())
-	s.now = s.now.Add(time.Minute)
-	d := s.decide(nil)
-	require.Equal(t, 2, d.Status.Wave)
-	require.Len(t, d.Moves, 2)
-	return s
-}
-
-// editStatus rewrites the status JSON as a person would.
-func (s *sim) editStatus(edit func(map[string]any)) {
-	raw, err := s.status.Encode()
-	require.NoError(s.t, err)
-	var m map[string]any
-	require.NoError(s.t, json.Unmarshal([]byte(raw), &m))
-	edit(m)
-	out, err := json.Marshal(m)
-	require.NoError(s.t, err)
-	str := string(out)
-	s.raw, s.status = &str, nil
-}
 
 func TestALostStatusIsAdoptedFromTheMoveRecordsAndNothingIsRestartedTwice(t *testing.T) {
 	s := toWave2(t)
@@ -347,15 +303,6 @@ func TestNothingMovesOntoARevisionWithoutAControlPlane(t *testing.T) {
 	d = s.decide(nil)
 	require.Len(t, d.Moves, 1)
 	assert.Equal(t, "a", d.Moves[0].Workload)
-}
-
-// reasonsOf lists the reasons of the events.
-func reasonsOf(events []Event) []string {
-	var out []string
-	for _, e := range events {
-		out = append(out, e.Reason)
-	}
-	return out
 }
 
 func TestAStatusOlderThanARollbackContinuesTheRollback(t *testing.T) {

@@ -15,18 +15,6 @@ import (
 // scenario: each test names the invariant and the scenario that broke it
 // before its fix.
 
-// forwardMoves lists the workloads of the forward (not rollback) moves of a
-// decision.
-func forwardMoves(d Decision) []string {
-	var out []string
-	for _, m := range d.Moves {
-		if !m.Record.Rollback && !m.RecordOnly {
-			out = append(out, m.Workload)
-		}
-	}
-	return out
-}
-
 // Invariant 6 (nothing spins / every state settles) and the rollback
 // request contract ("a rollback request is consumed once acted on").
 //

@@ -8,37 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// completedOnTag plays shop to Completed on the tag canary (1-26), then
-// repoints canary to 1-27.
-func completedOnTag(t *testing.T) *sim {
-	s := newSim(t, deploy("a"), deploy("b"), deploy("c"))
-	s.cfg.Sizes = WaveSizes{CanarySize: 1, BatchSize: 2}
-	s.snap.Mesh.Revisions["1-27"] = Revision{Name: "1-27", Istiods: 1, ReadyIstiods: 1}
-	s.snap.Namespace.Annotations[AnnotationTargetRevision] = "canary"
-	s.playUntil(PhaseCompleted)
-	require.Equal(t, "1-26", s.status.TargetRevision)
-	s.now = s.now.Add(time.Hour)
-	s.snap.Mesh.Tags["canary"] = "1-27"
-	s.decide(nil)
-	require.Equal(t, PhaseCompleted, s.status.Phase)
-	require.Equal(t, "1-26", s.status.TargetRevision, "an ended status keeps its revision")
-	return s
-}
-
-// forwardMovesTo lists the restarts of the decisions played that move a
-// workload forward to rev.
-func forwardMovesTo(ds []Decision, rev string) []string {
-	var out []string
-	for _, d := range ds {
-		for _, m := range d.Moves {
-			if !m.RecordOnly && !m.Record.Rollback && m.Record.Revision == rev {
-				out = append(out, m.Workload)
-			}
-		}
-	}
-	return out
-}
-
 // af77a43: an ended status keeps targetRevision 1-26 while canary names
 // 1-27. A rollback asked of it after completion (meshwave.io/rollback=all)
 // turns it into RollingBack with targetRevision 1-26, a phase that is not

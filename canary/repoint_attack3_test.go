@@ -8,86 +8,11 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// onTag4 is shop (a, b, c, d) migrating to the tag canary (1-26), with
-// 1-27 installed; canary 1, batches of 2.
-func onTag4(t *testing.T) *sim {
-	s := newSim(t, deploy("a"), deploy("b"), deploy("c"), deploy("d"))
-	s.cfg.Sizes = WaveSizes{CanarySize: 1, BatchSize: 2}
-	s.snap.Mesh.Revisions["1-27"] = Revision{Name: "1-27", Istiods: 1, ReadyIstiods: 1}
-	s.snap.Namespace.Annotations[AnnotationTargetRevision] = "canary"
-	return s
-}
-
-// step rolls out every workload to its last record and decides.
-func (s *sim) step3(verdicts func() []Verdict) Decision {
-	for _, w := range s.snap.Workloads {
-		if r, ok := ReadMoveRecord(w.Annotations); ok {
-			s.rollOut(r.Revision, w.Name)
-		}
-	}
-	s.now = s.now.Add(2 * time.Minute)
-	return s.decide(verdicts())
-}
-
-func backMoves(ds []Decision) map[string]int {
-	out := map[string]int{}
-	for _, d := range ds {
-		for _, m := range d.Moves {
-			if !m.RecordOnly && m.Record.Rollback {
-				out[m.Workload]++
-			}
-		}
-	}
-	return out
-}
-
-// toWave2Passed plays onTag4 until wave 2 (b, c) passed: a, b, c on 1-26.
-func toWave2Passed(t *testing.T) *sim {
-	s := onTag4(t)
-	for i := 0; i < 20 && (s.status == nil || s.status.Wave < 2 || s.status.WaveState != WavePassed); i++ {
-		s.step3(s.gates)
-	}
-	require.Equal(t, 2, s.status.Wave)
-	require.Equal(t, WavePassed, s.status.WaveState)
-	return s
-}
-
-// midRollback plays toWave2Passed into a rollback of everything asked by
-// a person, left as how says: rollingBack, pausedRollingBack (a rollback
-// restart failed) or blockedRollingBack (an invalid annotation). release
-// lifts the pause or the block.
-func midRollback(t *testing.T, how string) (s *sim, played []Decision, release func()) {
-	t.Helper()
-	s = toWave2Passed(t)
-	s.snap.Namespace.Annotations[AnnotationRollback] = "all"
-	played = append(played, s.step3(s.gates))
-	require.Equal(t, PhaseRollingBack, s.status.Phase)
-	switch how {
-	case "pausedRollingBack":
-		s.now = s.now.Add(time.Minute)
-		played = append(played, s.decide(failRollout("a", "bad")))
-		require.Equal(t, PhasePaused, s.status.Phase)
-		require.Equal(t, WaveRollingBack, s.status.WaveState)
-	case "blockedRollingBack":
-		s.snap.Workloads[3].Annotations[AnnotationWave] = "-1"
-		played = append(played, s.decide(nil))
-		require.Equal(t, PhaseBlocked, s.status.Phase)
-	}
-	return s, played, func() {
-		switch how {
-		case "pausedRollingBack":
-			delete(s.snap.Namespace.Annotations, AnnotationPaused)
-		case "blockedRollingBack":
-			delete(s.snap.Workloads[3].Annotations, AnnotationWave)
-		}
-	}
-}
-
 // Repointed mid-rollback: RollingBack, Paused in RollingBack, Blocked in
 // RollingBack. Each ends RolledBack with one rollback restart per moved
 // workload, nothing forward to 1-27.
 func TestAttack3RepointMidRollbackEndsRolledBack(t *testing.T) {
-	for _, how := range []string{"rollingBack", "pausedRollingBack", "blockedRollingBack"} {
+	for _, how := range []string{"rolling back", "paused rolling back", "blocked rolling back"} {
 		t.Run(how, func(t *testing.T) {
 			s, played, release := midRollback(t, how)
 			s.snap.Mesh.Tags["canary"] = "1-27"

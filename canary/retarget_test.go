@@ -9,32 +9,13 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// movesInOrder is every restart the decisions asked for, in order, as
-// "a>1-26" (forward) or "a<1-25" (rollback).
-func movesInOrder(ds []Decision) []string {
-	var out []string
-	for _, d := range ds {
-		for _, m := range d.Moves {
-			if m.RecordOnly {
-				continue
-			}
-			dir := ">"
-			if m.Record.Rollback {
-				dir = "<"
-			}
-			out = append(out, m.Workload+dir+m.Record.Revision)
-		}
-	}
-	return out
-}
-
 // A rollback under way (or paused or blocked in it) when a person sets
 // another target finishes first: the workloads it had not returned yet
 // are not left on the abandoned revision, and the next migration starts
 // from where the namespace came from, not from a guess over pods half-way
 // back.
 func TestATargetChangedMidRollbackFinishesTheRollbackFirst(t *testing.T) {
-	for _, how := range []string{"rollingBack", "pausedRollingBack", "blockedRollingBack"} {
+	for _, how := range []string{"rolling back", "paused rolling back", "blocked rolling back"} {
 		t.Run(how, func(t *testing.T) {
 			s, played, release := midRollback(t, how)
 			s.snap.Namespace.Annotations[AnnotationTargetRevision] = "1-27"
@@ -146,13 +127,6 @@ func TestHoldersOfARollbackBeforeANewTargetSayItRollsBack(t *testing.T) {
 		assert.Equal(t, ReasonRollingBack, h.Code, "%s: %s", h.Name, h.Reason)
 		assert.Equal(t, HolderMoving, h.State, h.Name)
 	}
-}
-
-func encoded(t *testing.T, st *Status) string {
-	t.Helper()
-	v, err := st.Encode()
-	require.NoError(t, err)
-	return v
 }
 
 // A rollback asked of a migration that ended, in the same edit as another
