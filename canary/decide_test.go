@@ -436,28 +436,6 @@ func TestPausingByAnnotationLetsTheWaveInFlightFinish(t *testing.T) {
 	assert.Equal(t, "b", d.Moves[0].Workload)
 }
 
-func TestRemovingTheTargetStopsAndUndoesNothing(t *testing.T) {
-	s := newSim(t, deploy("a"), deploy("b"))
-	s.decide(nil)
-	delete(s.snap.Namespace.Annotations, AnnotationTargetRevision)
-	d := s.decide(nil)
-	assert.Equal(t, PhaseStopped, d.Status.Phase)
-	assert.Equal(t, "meshwave.io/target-revision was removed: the migration stopped at wave 1 of 2 and nothing was undone", d.Status.Reason)
-	assert.Empty(t, d.Moves)
-	assert.Empty(t, d.Label)
-	assert.Equal(t, "1-26", s.snap.Namespace.Labels[LabelRev], "the label stays where it was")
-
-	d = s.decide(nil)
-	assert.Nil(t, d.Status)
-}
-
-func TestANamespaceThatNeverOptedInIsLeftAlone(t *testing.T) {
-	s := newSim(t, deploy("a"))
-	delete(s.snap.Namespace.Annotations, AnnotationTargetRevision)
-	d := s.decide(nil)
-	assert.Equal(t, Decision{}, d)
-}
-
 func TestAFailedWaveRollsBackByDefault(t *testing.T) {
 	s := newSim(t, deploy("a"), deploy("b"))
 	s.decide(nil)

@@ -141,20 +141,6 @@ func TestABlockedMigrationKeepsItsSlotAndResumesWithoutAsking(t *testing.T) {
 	assert.Equal(t, 1, d.Status.Wave)
 }
 
-func TestARetargetMidWaveKeepsTheSourceTheWorkloadsCameFrom(t *testing.T) {
-	s := newSim(t, deploy("a"), deploy("b"))
-	s.snap.Mesh.Revisions["1-27"] = Revision{Name: "1-27", Istiods: 1, ReadyIstiods: 1}
-	s.decide(nil)
-	s.rollOut("1-26", "a")
-	require.Equal(t, "1-26", s.snap.Namespace.Labels[LabelRev])
-	s.snap.Namespace.Annotations[AnnotationTargetRevision] = "1-27"
-	d := s.decide(nil)
-	require.NotNil(t, d.Status)
-	assert.Equal(t, "1-27", d.Status.TargetRevision)
-	assert.Equal(t, "1-25", d.Status.SourceLabel, "b never ran 1-26: a rollback must not send it there")
-	assert.Equal(t, "1-25", d.Status.SourceRevision)
-}
-
 func TestRemovingAndReaddingTheTargetAfterARollbackRetries(t *testing.T) {
 	s := newSim(t, deploy("a"), deploy("b"))
 	s.decide(nil)
@@ -174,17 +160,6 @@ func TestRemovingAndReaddingTheTargetAfterARollbackRetries(t *testing.T) {
 	require.Len(t, d.Moves, 1, "the retry moves the canary again")
 	assert.Equal(t, "a", d.Moves[0].Workload)
 	assert.Equal(t, 3, s.patches["a"], "moved, rolled back, moved again")
-}
-
-func TestAnOldFinishedStatusOnANamespaceNobodyOptedInTakesNoWrite(t *testing.T) {
-	s := newSim(t, deploy("a"))
-	s.playUntil(PhaseCompleted)
-	delete(s.snap.Namespace.Annotations, AnnotationTargetRevision)
-	s.optedIn = false // a new agent, or a namespace it never saw opted in
-	d := s.decide(nil)
-	assert.Nil(t, d.Status)
-	assert.Empty(t, d.Label)
-	assert.Empty(t, d.Events)
 }
 
 func TestARollbackWhoseMembersAreAllGoneEnds(t *testing.T) {
