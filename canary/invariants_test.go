@@ -185,38 +185,6 @@ func TestAMemberAlreadyMovedByThisMigrationIsNeverRestartedAgain(t *testing.T) {
 	})
 }
 
-// Invariant 2 (no workload counts as moved unless its wave passed).
-//
-// Scenario (policy Pause): the canary a fails its rollout; the namespace
-// pauses. The owner sets meshwave.io/skip on a and resumes, as the README
-// says, so a is taken out of wave 1, which then passes without it. Later
-// the owner removes the skip so that a is migrated properly. a still
-// carries its forward record of this migration, so the planner counts it
-// as moved: it is never planned, restarted or judged again, and the
-// migration completes claiming 3 workloads moved while a never passed.
-func TestAWorkloadSkippedOutOfItsWaveIsPlannedAgainOnceUnskipped(t *testing.T) {
-	s := newSim(t, deploy("a"), deploy("b"), deploy("c"))
-	s.cfg.FailurePolicy = PolicyPause
-	s.cfg.DelayBetweenWaves = 0
-	s.decide(nil)
-	s.decide(failRollout("a", "a did not roll out"))
-	require.Equal(t, PhasePaused, s.status.Phase)
-	s.snap.Workloads[0].Annotations[AnnotationSkip] = "true"
-	delete(s.snap.Namespace.Annotations, AnnotationPaused)
-	s.decide(nil) // a's record says it was skipped out of wave 1
-	s.decide(nil)
-	require.Equal(t, 2, s.status.Wave, "wave 1 passed without a; wave 2 started")
-	delete(s.snap.Workloads[0].Annotations, AnnotationSkip)
-
-	for i := 0; i < 20 && s.status.Phase != PhaseCompleted; i++ {
-		s.rollOut("1-26", "b", "c")
-		s.decide(s.gates())
-		s.now = s.now.Add(time.Minute)
-	}
-	assert.False(t, s.status.Phase == PhaseCompleted && s.patches["a"] == 1,
-		"a failed wave 1 and was skipped out of it, yet after the skip is removed it is never judged: %s (counts %+v, patches %v)", s.status.Reason, s.status.Counts, s.patches)
-}
-
 // Invariant 2 (no workload counts as moved unless its wave passed) under
 // a status rebuilt from the records.
 //
