@@ -1,7 +1,6 @@
 package canary
 
 import (
-	"fmt"
 	"testing"
 	"time"
 
@@ -83,54 +82,4 @@ func TestATagRepointedOverAnEndedNamespaceStartsNoMigrationBesideAnother(t *test
 		}
 	}
 	assert.Empty(t, moved, "restarted while blog holds the only slot")
-}
-
-// Invariant 8, the other way, against a hostile namespace owner: nothing
-// spins, and a hold is explained.
-//
-// Scenario: shop completed. Its owner, who may edit its Deployments but
-// not the namespace, puts on a a move record of a "newer migration" in
-// the last wave a record may name (maxWaves). PeerOf reads shop as holding
-// (the records contradict the status), and shop's decision adopts it:
-// that wave, with a workload deployed since still to plan after it. The
-// status adopted said totalWaves maxWaves+1 and did not read back: the
-// next decision found it unreadable and adopted the same again, on every
-// reconcile, and peers read an unreadable status as holding, so every
-// other namespace waited for good with nothing said why. Now every status
-// written reads back, and the migration, which cannot have a wave after
-// the last, pauses half-way (holding its slot, as any migration paused
-// half-way does) with a reason that names the records.
-func TestAForgedMoveRecordOfTheLastWaveNeitherSpinsNorHoldsUnexplained(t *testing.T) {
-	s := newSim(t, deploy("a"), deploy("b"), deploy("c"))
-	s.cfg.Sizes = WaveSizes{CanarySize: 1, BatchSize: 2}
-	s.playUntil(PhaseCompleted)
-	// A workload deployed since, on 1-25: it waits for the next migration.
-	s.snap.Workloads = append(s.snap.Workloads, deploy("d"))
-	s.now = s.now.Add(time.Hour)
-	forged := MoveRecord{Revision: "1-26", From: "1-25", Wave: maxWaves, At: s.now, Migration: MigrationID("1-26", s.now)}
-	s.snap.Workloads[0].Annotations[AnnotationMove] = forged.Encode()
-	_, ok := ReadMoveRecord(s.snap.Workloads[0].Annotations)
-	require.True(t, ok, "meshwave reads the forged record as its own")
-	require.True(t, peerOf(Input{Snapshot: s.snap, Status: s.status}).HoldsSlot)
-
-	// shop's decisions; each status written must read back (sim.apply).
-	writes := 0
-	for round := 0; round < 8; round++ {
-		s.now = s.now.Add(2 * time.Minute)
-		d := s.decide(s.gates())
-		if d.Status != nil {
-			writes++
-		}
-		for _, m := range d.Moves {
-			if !m.RecordOnly {
-				s.rollOut(m.Record.Revision, m.Workload)
-			}
-		}
-	}
-	assert.Equal(t, PhasePaused, s.status.Phase)
-	assert.Equal(t, fmt.Sprintf("wave %d not started: a status holds at most %d waves, and the move records put this migration at wave %d; check the workloads' meshwave.io/move records", maxWaves+1, maxWaves, maxWaves), s.status.Reason)
-	assert.Equal(t, maxWaves, s.status.TotalWaves)
-	assert.Zero(t, s.patches["d"], "nothing is restarted past the last wave")
-	assert.LessOrEqual(t, writes, 3, "adopted, passed, paused: then nothing more")
-	assert.True(t, s.status.HoldsSlot(), "paused half-way: its status says why it holds its slot")
 }
