@@ -345,34 +345,6 @@ func TestPrecheckWarnsAboutSingleReplicasWithoutPDBAndReportsGateways(t *testing
 	assert.Contains(t, s.events, Event{Workload: "ingress", Type: EventNormal, Reason: "Skipped", Message: "gateway (operator.istio.io/component=IngressGateways): never restarted by meshwave; migrate it after its namespace"})
 }
 
-func TestAdmit(t *testing.T) {
-	self := Peer{Name: "media", Priority: 20}
-	tests := []struct {
-		name        string
-		peers       []Peer
-		concurrency int
-		ok          bool
-		why         string
-	}{
-		{"alone it starts", nil, 1, true, ""},
-		{"a migrating namespace holds the only slot", []Peer{{Name: "shop", Priority: 10, Phase: PhaseMigrating, HoldsSlot: true}}, 1, false, "waiting for a free slot: 1 of 1 in use by shop"},
-		{"a paused namespace holds its slot", []Peer{{Name: "shop", Priority: 30, Phase: PhasePaused, HoldsSlot: true}}, 1, false, "waiting for a free slot: 1 of 1 in use by shop"},
-		{"a pending namespace of lower priority value goes first", []Peer{{Name: "shop", Priority: 10, Phase: PhasePending}}, 1, false, "waiting for its turn: shop (priority 10) go first"},
-		{"equal priority goes by name", []Peer{{Name: "alpha", Priority: 20}}, 1, false, "waiting for its turn: alpha (priority 20) go first"},
-		{"later namespaces do not hold it up", []Peer{{Name: "zoo", Priority: 20}, {Name: "web", Priority: 50}}, 1, true, ""},
-		{"completed, blocked and rolled back namespaces hold no slot", []Peer{{Name: "a", Priority: 1, Phase: PhaseCompleted}, {Name: "b", Priority: 1, Phase: PhaseBlocked}, {Name: "c", Priority: 1, Phase: PhaseRolledBack}}, 1, true, ""},
-		{"with two slots it starts beside one migration", []Peer{{Name: "shop", Priority: 10, Phase: PhaseMigrating, HoldsSlot: true}}, 2, true, ""},
-		{"with two slots, one taken and one earlier pending, it waits", []Peer{{Name: "shop", Priority: 10, Phase: PhaseMigrating, HoldsSlot: true}, {Name: "blog", Priority: 5}}, 2, false, "waiting for its turn: blog (priority 5) go first"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			ok, why := Admit(self, tt.peers, tt.concurrency)
-			assert.Equal(t, tt.ok, ok)
-			assert.Equal(t, tt.why, why)
-		})
-	}
-}
-
 func TestANamespaceWaitingForItsTurnStaysPending(t *testing.T) {
 	s := newSim(t, deploy("a"))
 	s.snap.Peers = []Peer{{Name: "cart", Priority: 10, Phase: PhaseMigrating, HoldsSlot: true}}

@@ -12,36 +12,6 @@ import (
 // The invariants hold whatever meshwave.io/status says: missing,
 // unreadable, edited, or older than the moves.
 
-func TestANamespacePausedBeforeItsFirstWaveHoldsNoSlot(t *testing.T) {
-	s := newSim(t, deploy("a"))
-	s.snap.Namespace.Annotations[AnnotationPaused] = "true"
-	d := s.decide(nil)
-	assert.Equal(t, PhasePaused, d.Status.Phase)
-	assert.Empty(t, d.Moves)
-	assert.False(t, d.Status.HoldsSlot())
-	raw, _ := d.Status.Encode()
-	peer, ok := PeerOf("shop", map[string]string{AnnotationTargetRevision: "1-26", AnnotationStatus: raw}, nil, nil)
-	require.True(t, ok)
-	ok, why := Admit(Peer{Name: "blog", Priority: 100}, []Peer{peer}, 1)
-	assert.True(t, ok, why)
-}
-
-func TestABlockedMigrationKeepsItsSlotAndResumesWithoutAsking(t *testing.T) {
-	s := newSim(t, deploy("a"), deploy("b"))
-	s.decide(nil)
-	s.snap.Workloads[1].Annotations[AnnotationWave] = "x"
-	d := s.decide(nil)
-	require.Equal(t, PhaseBlocked, d.Status.Phase)
-	assert.True(t, d.Status.HoldsSlot(), "blocked half-way, it keeps its slot")
-	// Another namespace took no slot meanwhile; unblocked, it goes on
-	// even though a peer now waits with a higher priority.
-	s.snap.Peers = []Peer{{Name: "aaa", Priority: 1, Phase: PhasePending}}
-	delete(s.snap.Workloads[1].Annotations, AnnotationWave)
-	d = s.decide(nil)
-	assert.Equal(t, PhaseMigrating, d.Status.Phase)
-	assert.Equal(t, 1, d.Status.Wave)
-}
-
 func TestARollbackWhoseMembersAreAllGoneEnds(t *testing.T) {
 	s := newSim(t, deploy("a"), deploy("b"))
 	s.decide(nil)
@@ -171,13 +141,4 @@ func TestAWaveHoldsAtMost500Workloads(t *testing.T) {
 	assert.Len(t, d.Moves, 500)
 	assert.Len(t, d.Status.Workloads, 500)
 	assert.Equal(t, 2, d.Status.TotalWaves)
-}
-
-func TestAnUnreadableStatusHoldsItsSlot(t *testing.T) {
-	p, ok := PeerOf("shop", map[string]string{AnnotationTargetRevision: "1-26", AnnotationStatus: `{"phase":`}, nil, nil)
-	require.True(t, ok)
-	assert.True(t, p.HoldsSlot, "shop may be half-way through a migration")
-	admitted, why := Admit(Peer{Name: "blog", Priority: 100}, []Peer{p}, 1)
-	assert.False(t, admitted)
-	assert.NotEmpty(t, why)
 }

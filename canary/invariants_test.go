@@ -1,8 +1,6 @@
 package canary
 
 import (
-	"errors"
-	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -43,40 +41,6 @@ func TestARollbackOfAllAskedDuringAWaveRollbackWidensIt(t *testing.T) {
 	assert.False(t, pending, "the rollback=all request is never consumed (requeues %v)", requeues)
 	assert.NotEqual(t, PhaseRollingBack, s.status.Phase, "after 5 rounds (5 minutes) with every pod back on 1-25 the rollback is still in progress; requeues %v", requeues)
 	assert.Equal(t, 2, s.patches["a"], "rollback=all must return a too; patches %v", s.patches)
-}
-
-// Invariant 8 (never more namespaces migrating than concurrency).
-//
-// Scenario: concurrency 1. Namespace shop is half-way (wave 2 patched) when
-// its meshwave.io/status is removed. PeerOf only holds a slot for an
-// unreadable status, not a missing one, so blog is admitted and starts its
-// canary. shop's next reconcile adopts its migration from the move records
-// without asking Admit (adoption never does), so both migrate at once.
-func TestAMissingStatusOverMoveRecordsHoldsTheSlot(t *testing.T) {
-	shop := toWave2(t)
-	shop.status = nil // the annotation was removed
-	shopPeer := shopPeer(t, shop)
-
-	blog := newSim(t, deploy("x"))
-	blog.snap.Namespace.Name = "blog"
-	blog.snap.Peers = []Peer{shopPeer}
-	blog.decide(nil)
-
-	blogRaw, err := blog.status.Encode()
-	require.NoError(t, err)
-	blogPeer, _ := PeerOf("blog", map[string]string{AnnotationTargetRevision: "1-26", AnnotationStatus: blogRaw}, nil, nil)
-	shop.snap.Peers = []Peer{blogPeer}
-	shop.decide(nil)
-
-	var holding []string
-	if blog.status.HoldsSlot() {
-		holding = append(holding, "blog")
-	}
-	if shop.status.HoldsSlot() {
-		holding = append(holding, "shop")
-	}
-	assert.LessOrEqual(t, len(holding), 1, "concurrency 1, but %v migrate at once (shop %s wave %d, blog %s wave %d)",
-		holding, shop.status.Phase, shop.status.Wave, blog.status.Phase, blog.status.Wave)
 }
 
 // Invariant 1 (no Deployment restarted twice for one move).
@@ -178,95 +142,4 @@ func TestTheLabelIsKeptWhileBlockedHalfWay(t *testing.T) {
 	s.snap.Namespace.Labels[LabelRev] = "1-25"
 	d := s.decide(nil)
 	assert.Equal(t, "1-26", d.Label, "the label meshwave owns is left at %q while blocked half-way", s.snap.Namespace.Labels[LabelRev])
-}
-
-// shopPeer reads s's namespace as a peer named shop, as the agent does:
-// its annotations, and its workloads when those do not settle it.
-func shopPeer(t *testing.T, s *sim) Peer {
-	t.Helper()
-	annotations := maps.Clone(s.snap.Namespace.Annotations)
-	if s.raw != nil {
-		annotations[AnnotationStatus] = *s.raw
-	} else if s.status != nil {
-		raw, err := s.status.Encode()
-		require.NoError(t, err)
-		annotations[AnnotationStatus] = raw
-	}
-	p, ok := PeerOf("shop", annotations, s.snap.Mesh.Resolve, func() ([]Workload, error) { return s.snap.Workloads, nil })
-	require.True(t, ok)
-	return p
-}
-
-// Invariant 8 (never more namespaces migrating than concurrency).
-//
-// Scenario: concurrency 1. Namespace shop is half-way (wave 2 patched)
-// when its meshwave.io/status is replaced by an old copy of a migration to
-// the same target that ended (a GitOps re-sync of a stale manifest). Read
-// from its annotations alone, shop has ended and holds no slot, so blog is
-// admitted; shop's next reconcile adopts its migration from the newer move
-// records without asking Admit, as adoption never does, and both migrate.
-// The peer must hold the slot while the records contradict the status,
-// exactly as the namespace's own decision reads them.
-func TestAnEndedStatusOverNewerMoveRecordsHoldsTheSlot(t *testing.T) {
-	for _, phase := range []Phase{PhaseCompleted, PhaseRolledBack} {
-		t.Run(string(phase), func(t *testing.T) {
-			shop := toWave2(t)
-			started := *shop.status.StartedAt
-			shop.editStatus(func(m map[string]any) {
-				m["phase"], m["reason"] = string(phase), "an old copy"
-				m["startedAt"] = started.Add(-24 * time.Hour).Format(time.RFC3339)
-			})
-			peer := shopPeer(t, shop)
-			assert.Equal(t, Peer{Name: "shop", Priority: DefaultPriority, Phase: phase, HoldsSlot: true}, peer)
-
-			blog := newSim(t, deploy("x"))
-			blog.snap.Namespace.Name = "blog"
-			blog.snap.Peers = []Peer{peer}
-			d := blog.decide(nil)
-			assert.Equal(t, PhasePending, d.Status.Phase)
-			assert.Equal(t, "waiting for a free slot: 1 of 1 in use by shop", d.Status.Reason)
-			assert.Empty(t, d.Moves)
-
-			d = shop.decide(nil)
-			require.True(t, hasEvent(d, "StatusAdopted"), "events %v", d.Events)
-			assert.True(t, d.Status.HoldsSlot(), "shop adopted its migration: %s at wave %d", d.Status.Phase, d.Status.Wave)
-			assert.Equal(t, started, *d.Status.StartedAt)
-		})
-	}
-}
-
-// A migration that ended as its records say holds no slot: the records
-// are read only to find a contradiction, and agreeing ones free it.
-func TestAnEndedStatusItsRecordsAgreeWithHoldsNoSlot(t *testing.T) {
-	s := toWave2(t)
-	s.rollOut("1-26", "b", "c")
-	s.decide(s.gates())
-	require.Equal(t, PhaseCompleted, s.status.Phase)
-	assert.Equal(t, Peer{Name: "shop", Priority: DefaultPriority, Phase: PhaseCompleted}, shopPeer(t, s))
-
-	r := newSim(t, deploy("a"), deploy("b"))
-	r.decide(nil)
-	r.decide(failRollout("a", "a did not roll out"))
-	r.rollOut("1-25", "a")
-	r.decide(r.gates())
-	require.Equal(t, PhaseRolledBack, r.status.Phase)
-	assert.Equal(t, Peer{Name: "shop", Priority: DefaultPriority, Phase: PhaseRolledBack}, shopPeer(t, r))
-}
-
-// A namespace whose workloads cannot be read may be half-way: it holds its
-// slot, the careful answer.
-func TestAPeerWhoseWorkloadsCannotBeReadHoldsItsSlot(t *testing.T) {
-	s := toWave2(t)
-	s.rollOut("1-26", "b", "c")
-	s.decide(s.gates())
-	raw, err := s.status.Encode()
-	require.NoError(t, err)
-	for _, annotations := range []map[string]string{
-		{AnnotationTargetRevision: "1-26", AnnotationStatus: raw},
-		{AnnotationTargetRevision: "1-26"},
-	} {
-		p, ok := PeerOf("shop", annotations, s.snap.Mesh.Resolve, func() ([]Workload, error) { return nil, errors.New("not synced") })
-		require.True(t, ok)
-		assert.True(t, p.HoldsSlot, "status %q", annotations[AnnotationStatus])
-	}
 }
