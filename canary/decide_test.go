@@ -522,60 +522,6 @@ func TestContinuePolicyToleratesFailuresUpToTheLimit(t *testing.T) {
 	assert.Equal(t, Counts{Total: 5, Pending: 2, Moving: 1, Failed: 2}, d.Status.Counts)
 }
 
-func TestManualRollbackOfEverythingAfterCompletion(t *testing.T) {
-	s := newSim(t, deploy("a"), deploy("b"), deploy("c"))
-	s.cfg.DelayBetweenWaves = 0
-	for i := 0; i < 20 && (s.status == nil || s.status.Phase != PhaseCompleted); i++ {
-		d := s.decide(s.gates())
-		for _, m := range d.Moves {
-			s.rollOut("1-26", m.Workload)
-		}
-	}
-	require.Equal(t, PhaseCompleted, s.status.Phase)
-	s.snap.Namespace.Annotations[AnnotationRollback] = "all"
-	d := s.decide(nil)
-	assert.Equal(t, PhaseRollingBack, d.Status.Phase)
-	assert.True(t, d.ClearRollback, "the request is consumed")
-	assert.Equal(t, "1-25", d.Label)
-	assert.Len(t, d.Moves, 3)
-	for _, m := range d.Moves {
-		assert.True(t, m.Record.Rollback)
-		s.rollOut("1-25", m.Workload)
-	}
-	d = s.decide(s.gates())
-	assert.Equal(t, PhaseRolledBack, d.Status.Phase)
-	assert.Equal(t, 3, d.Status.Counts.RolledBack)
-	assert.Equal(t, map[string]int{"a": 2, "b": 2, "c": 2}, s.patches)
-}
-
-func TestManualRollbackOfTheWaveInFlight(t *testing.T) {
-	s := newSim(t, deploy("a"), deploy("b"), deploy("c"))
-	s.cfg.DelayBetweenWaves = 0
-	s.cfg.Sizes = WaveSizes{CanarySize: 1, BatchSize: 2}
-	s.decide(nil)
-	s.rollOut("1-26", "a")
-	s.decide(s.gates()) // wave 1 passes, wave 2 (b, c) starts
-	require.Equal(t, 2, s.status.Wave)
-	s.snap.Namespace.Annotations[AnnotationRollback] = "wave"
-	d := s.decide(nil)
-	var names []string
-	for _, m := range d.Moves {
-		names = append(names, m.Workload)
-	}
-	assert.Equal(t, []string{"b", "c"}, names, "only the wave in flight goes back")
-	assert.Equal(t, "1-25", d.Label)
-}
-
-func TestARollbackRequestBeforeAnyWaveIsIgnored(t *testing.T) {
-	s := newSim(t, deploy("a"))
-	s.snap.Peers = []Peer{{Name: "cart", Priority: 1, Phase: PhaseMigrating, HoldsSlot: true}}
-	s.snap.Namespace.Annotations[AnnotationRollback] = "all"
-	d := s.decide(nil)
-	assert.True(t, d.ClearRollback)
-	assert.Empty(t, d.Moves)
-	assert.Equal(t, "RollbackIgnored", d.Events[0].Reason)
-}
-
 func TestStatusStaysSmallWithThousandsOfWorkloads(t *testing.T) {
 	var ws []Workload
 	for i := 0; i < 5000; i++ {

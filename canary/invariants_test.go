@@ -13,36 +13,6 @@ import (
 // scenario: each test names the invariant and the scenario that broke it
 // before its fix.
 
-// Invariant 6 (nothing spins / every state settles) and the rollback
-// request contract ("a rollback request is consumed once acted on").
-//
-// Scenario: wave 2 (b, c) fails and is being rolled back (scope wave). The
-// operator escalates with meshwave.io/rollback=all while the rollback is in
-// flight. RollingBack never looks at the annotation, and WaveToVerify runs
-// no gate while the annotation is present, so the rollback is never judged:
-// the namespace stays RollingBack forever, requeued every 10s, the request
-// is never consumed, and a (moved in wave 1) is never returned.
-func TestARollbackOfAllAskedDuringAWaveRollbackWidensIt(t *testing.T) {
-	s := toWave2(t)
-	s.decide(failRollout("b", "b did not roll out"))
-	require.Equal(t, PhaseRollingBack, s.status.Phase)
-	require.Equal(t, RollbackWave, s.status.Rollback)
-	s.rollOut("1-25", "b", "c")
-
-	s.snap.Namespace.Annotations[AnnotationRollback] = "all"
-	var requeues []time.Duration
-	for i := 0; i < 5; i++ {
-		d := s.decide(s.gates())
-		requeues = append(requeues, d.RequeueAfter)
-		s.rollOut("1-25", "a", "b", "c")
-		s.now = s.now.Add(time.Minute)
-	}
-	_, pending := s.snap.Namespace.Annotations[AnnotationRollback]
-	assert.False(t, pending, "the rollback=all request is never consumed (requeues %v)", requeues)
-	assert.NotEqual(t, PhaseRollingBack, s.status.Phase, "after 5 rounds (5 minutes) with every pod back on 1-25 the rollback is still in progress; requeues %v", requeues)
-	assert.Equal(t, 2, s.patches["a"], "rollback=all must return a too; patches %v", s.patches)
-}
-
 // Invariant 1 (no Deployment restarted twice for one move).
 //
 // Scenario: the status of wave 2 is edited (by a person, or an older tool)
