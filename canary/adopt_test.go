@@ -86,8 +86,7 @@ func TestAnEditedStartTimeRestartsNothingTwice(t *testing.T) {
 // run 1-25) and were never judged, so the migration does not complete and
 // counts only a as moved.
 func TestARecordOfALaterWaveDoesNotLetTheWaveInFlightSkipJudgment(t *testing.T) {
-	s := newSim(t, deploy("a"), deploy("b"), deploy("c"), deploy("d"))
-	s.cfg.Sizes = WaveSizes{CanarySize: 1, BatchSize: 2}
+	s := batchedSim(t, "a", "b", "c", "d")
 	s.decide(nil)
 	s.rollOut("1-26", "a")
 	s.decide(s.gates())
@@ -122,8 +121,7 @@ func TestARecordOfALaterWaveDoesNotLetTheWaveInFlightSkipJudgment(t *testing.T) 
 // a wave after the last, pauses half-way, holding its slot as any
 // migration paused half-way does, with a reason that names the records.
 func TestAForgedMoveRecordOfTheLastWaveNeitherSpinsNorHoldsUnexplained(t *testing.T) {
-	s := newSim(t, deploy("a"), deploy("b"), deploy("c"))
-	s.cfg.Sizes = WaveSizes{CanarySize: 1, BatchSize: 2}
+	s := batchedSim(t, "a", "b", "c")
 	s.playUntil(PhaseCompleted)
 	// A workload deployed since, on 1-25: it waits for the next migration.
 	s.snap.Workloads = append(s.snap.Workloads, deploy("d"))
@@ -157,8 +155,7 @@ func TestAForgedMoveRecordOfTheLastWaveNeitherSpinsNorHoldsUnexplained(t *testin
 }
 
 func TestAStatusThatRegressedToAnEarlierWaveHasTheLaterWaveJudged(t *testing.T) {
-	s := newSim(t, deploy("a"), deploy("b"), deploy("c"))
-	s.cfg.Sizes = WaveSizes{CanarySize: 1, BatchSize: 2}
+	s := batchedSim(t, "a", "b", "c")
 	s.decide(nil)
 	older, err := s.status.Encode() // wave 1 under test: the write a deposed leader might repeat
 	require.NoError(t, err)
@@ -248,8 +245,7 @@ func TestAStatusOlderThanARollbackContinuesTheRollback(t *testing.T) {
 // not the history of a retry nobody asked for: b and c are not moved
 // forward again.
 func TestAPendingStatusFromBeforeTheStartContinuesTheRollback(t *testing.T) {
-	s := newSim(t, deploy("a"), deploy("b"), deploy("c"))
-	s.cfg.Sizes = WaveSizes{CanarySize: 1, BatchSize: 2}
+	s := batchedSim(t, "a", "b", "c")
 	s.snap.Peers = []Peer{{Name: "cart", Priority: 1, Phase: PhaseMigrating, HoldsSlot: true}}
 	s.decide(nil)
 	require.Equal(t, PhasePending, s.status.Phase)
@@ -313,8 +309,7 @@ func TestAPartialRollbackOfAllIsAdoptedAsARollbackOfAll(t *testing.T) {
 // everything: a, which passed wave 1 and which nobody asked to roll back,
 // stays on 1-26.
 func TestAWaveRollbackAdoptedFromItsRecordsStaysAWaveRollback(t *testing.T) {
-	s := newSim(t, deploy("a"), deploy("b"), deploy("c"), deploy("d"))
-	s.cfg.Sizes = WaveSizes{CanarySize: 1, BatchSize: 2}
+	s := batchedSim(t, "a", "b", "c", "d")
 	s.decide(nil)
 	s.rollOut("1-26", "a")
 	s.decide(s.gates())
@@ -347,8 +342,7 @@ func TestAWaveRollbackAdoptedFromItsRecordsStaysAWaveRollback(t *testing.T) {
 // from the records keeps a's failure: the migration completes with one
 // workload failed, not with three moved.
 func TestAToleratedFailureSurvivesALostStatus(t *testing.T) {
-	s := newSim(t, deploy("a"), deploy("b"), deploy("c"))
-	s.cfg.Sizes = WaveSizes{CanarySize: 1, BatchSize: 2}
+	s := batchedSim(t, "a", "b", "c")
 	s.cfg.FailurePolicy, s.cfg.MaxFailedPercent = PolicyContinue, 40
 	s.cfg.DelayBetweenWaves = 0
 	s.decide(nil)
@@ -546,8 +540,7 @@ func TestALostStatusAfterARetryKeepsTheRetriedWave(t *testing.T) {
 // back: the Pending status's retriedAt, a time before the migration's own
 // start, is one Validate refuses.
 func TestAMigrationContinuedFromItsRecordsWritesAStatusThatReadsBack(t *testing.T) {
-	s := newSim(t, deploy("a"), deploy("b"), deploy("c"))
-	s.cfg.Sizes = WaveSizes{CanarySize: 1, BatchSize: 2}
+	s := batchedSim(t, "a", "b", "c")
 	s.decide(nil)
 	s.decide(failRollout("a", "a did not roll out"))
 	s.rollOut("1-25", "a")
