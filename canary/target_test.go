@@ -255,7 +255,7 @@ func TestARepointedTagMovesNothingOfAnEndedMigration(t *testing.T) {
 // adoption.
 func TestARepointWithARollbackAskedRollsBackAndTheRetryMovesEachWorkloadOnce(t *testing.T) {
 	for _, scope := range []string{"wave", "all"} {
-		t.Run(scope, func(t *testing.T) {
+		t.Run("rollback="+scope, func(t *testing.T) {
 			s := toWave2Passed(t)
 			s.snap.Namespace.Annotations[AnnotationRollback] = scope
 			s.snap.Mesh.Tags["canary"] = "1-27"
