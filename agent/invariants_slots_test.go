@@ -23,8 +23,8 @@ import (
 	"github.com/meshwave/meshwave/canary"
 )
 
-// More of the controller's side of the invariants: each test names the
-// invariant and the scenario that broke it before its fix.
+// The controller's side of the concurrency slots: held only by a
+// namespace that migrates, whatever its writes met.
 
 // addOptedInNamespace creates another namespace opted in to 1-26 with one
 // injected Deployment, as objects() does for shop.
@@ -58,16 +58,16 @@ func addOptedInNamespace(t *testing.T, c *Controller, name string) {
 	require.NoError(t, err)
 }
 
-// Invariant 7 (a refused write changes nothing) and invariant 8's other
-// side (a concurrency slot is held only by a namespace that migrates).
+// A refused write changes nothing, and a concurrency slot is held only by
+// a namespace that migrates.
 //
 // Scenario: concurrency 1; shop (priority 100) and web (priority 100, after
 // shop by name) are opted in. An admission policy refuses every meshwave
 // write to namespace shop with 403 (say, "istio.io/rev is managed by the
 // platform team"). shop's first decision starts its canary: writeNamespace
-// marks it starting before the PATCH. Before the fix nothing undid that
-// when the PATCH was refused, and web waited "for a free slot: 1 of 1 in
-// use by shop", although shop never changed anything.
+// marks it starting before the PATCH, and a refused PATCH undoes that, so
+// web does not wait "for a free slot: 1 of 1 in use by shop" while shop
+// never changed anything.
 func TestARefusedNamespaceWriteHoldsNoSlot(t *testing.T) {
 	var clock *clocktesting.FakeClock
 	c, client, ctx := startTestController(t, record.NewFakeRecorder(1000), func(c *Controller) {
@@ -108,8 +108,8 @@ func TestARefusedNamespaceWriteHoldsNoSlot(t *testing.T) {
 	}
 }
 
-// Invariant 8 (never more namespaces migrating than concurrency) against
-// the peers kept between reconciles.
+// Never more namespaces migrating than concurrency allows, with the peers
+// kept between reconciles.
 //
 // Scenario: concurrency 1; shop and web are opted in. shop is paused
 // before its first wave, so it holds no slot, and each status write reads
@@ -117,9 +117,9 @@ func TestARefusedNamespaceWriteHoldsNoSlot(t *testing.T) {
 // apiserver bumps the resourceVersion of every write, but the fake
 // clientset here does not, as an apiserver over an etcd restored without
 // a revision bump can hand out a resourceVersion again: shop migrates at
-// the resourceVersion it was paused at. When the peer reading was kept by
-// resourceVersion, web's decision read shop as still paused and started
-// too.
+// the resourceVersion it was paused at. A peer reading kept by
+// resourceVersion alone would read shop as still paused, and web's
+// decision would start web too.
 func TestAPeerIsReadAgainWhenItsAnnotationsChangeAtTheSameResourceVersion(t *testing.T) {
 	var clock *clocktesting.FakeClock
 	c, client, ctx := startTestController(t, record.NewFakeRecorder(1000), func(c *Controller) {
@@ -178,16 +178,16 @@ func TestAPeerIsReadAgainWhenItsAnnotationsChangeAtTheSameResourceVersion(t *tes
 	assert.Equal(t, "Pending: waiting for a free slot: 1 of 1 in use by shop", string(st.Phase)+": "+st.Reason)
 }
 
-// Invariant 8 (never more namespaces migrating than concurrency) against a
-// status restored over newer move records.
+// Never more namespaces migrating than concurrency allows, with a status
+// restored over newer move records.
 //
 // Scenario: concurrency 1; shop and web are opted in. shop starts its
 // canary; then its meshwave.io/status is replaced by an old copy that says
 // a migration to the same target completed an hour before (a GitOps
 // re-sync of a stale manifest). shop's next reconcile adopts the migration
 // its Deployments' records show, without asking for a slot: adoption
-// never does. Read from its annotations alone, shop had ended, and web's
-// decision started web beside it.
+// never does. Read from its annotations alone, shop has ended; read with
+// its records, it holds its slot, and web waits.
 func TestAnEndedStatusRestoredOverANewerMigrationHoldsItsSlot(t *testing.T) {
 	var clock *clocktesting.FakeClock
 	recorder := record.NewFakeRecorder(1000)

@@ -17,18 +17,19 @@ import (
 	"github.com/meshwave/meshwave/canary"
 )
 
-// The controller's side of the invariants: each test names the invariant
-// and the scenario that broke it before its fix.
+// The controller's side of the promises meshwave keeps against refused
+// writes and concurrent admissions.
 
-// Invariant 7 (a refused write is reported with an Event and a status
-// reason, and the failure policy applies; it is not retried forever).
+// A refused write is reported with an Event and a status reason, and the
+// failure policy applies; it is not retried forever.
 //
 // Scenario: an admission policy on Namespaces (Kyverno/Gatekeeper
 // protecting istio.io/rev, or the 256 KiB annotation limit answering 422)
-// refuses meshwave's namespace write with 403. Only Deployment patches are
-// treated as refusals: writeNamespace returns the error, the reconcile
-// fails, and the workqueue retries it with back-off forever. No Event
-// names the answer, and no status says why nothing happens.
+// refuses meshwave's namespace write with 403. A namespace write is
+// treated as a refusal, as a Deployment patch is: an Event names the
+// answer and the write is asked again later, rather than the reconcile
+// failing and the workqueue retrying it with back-off forever, with no
+// status saying why nothing happens.
 func TestARefusedNamespaceWriteIsReportedAndAskedAgainLater(t *testing.T) {
 	recorder := record.NewFakeRecorder(100)
 	c, client, ctx := startTestController(t, recorder, nil)
@@ -71,7 +72,7 @@ type errString string
 
 func (e errString) Error() string { return string(e) }
 
-// Invariant 8 (never more namespaces migrating than concurrency): the
+// Never more namespaces migrating than concurrency allows: the
 // reconciles whose decision reads the peers to admit a migration are
 // serialised (admitMu).
 //

@@ -1,10 +1,13 @@
 package canary
 
 import (
+	"errors"
 	"fmt"
+	"maps"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -84,12 +87,13 @@ func hasEvent(d Decision, reason string) bool {
 	return false
 }
 
-// Invariant 8: a status that says Blocked before the first wave holds no
-// slot, whatever phase it was blocked in. One edited by a person (or
-// restored from a copy) to be blocked in Migrating at wave 0 is unblocked
-// into Migrating and starts wave 1 without admission: its peers are never
-// read, so the agent never takes the admission lock, and it migrates
-// beside the namespace holding the only slot.
+// A status that says Blocked before the first wave holds no slot,
+// whatever phase it was blocked in. One edited by a person (or restored
+// from a copy) to be blocked in Migrating or Analyzing at wave 0 is
+// admitted before its first wave once unblocked: it does not start wave 1
+// without reading its peers (the agent takes the admission lock only for
+// a decision that reads them), beside the namespace holding the only
+// slot.
 func TestAStatusBlockedAtWaveZeroIsAdmittedBeforeItsFirstWave(t *testing.T) {
 	for _, phase := range []string{"Migrating", "Analyzing"} {
 		for _, state := range []string{"Passed", "Verifying"} {
@@ -112,11 +116,12 @@ func TestAStatusBlockedAtWaveZeroIsAdmittedBeforeItsFirstWave(t *testing.T) {
 	}
 }
 
-// Invariant 8, over every status a person could leave that meshwave reads:
-// each phase, blocked phase, wave state and rollback scope, at wave 0 and
-// 1, decided with and without a pause or rollback request. None starts a
-// migration without reading its peers (decideBothWays checks each; the
-// statuses decided are not written back).
+// Never more namespaces migrating than concurrency allows, over every
+// status a person could leave that meshwave reads: each phase, blocked
+// phase, wave state and rollback scope, at wave 0 and 1, decided with and
+// without a pause or rollback request. None starts a migration without
+// reading its peers (decideBothWays checks each; the statuses decided are
+// not written back).
 func TestNoReadableStatusStartsAMigrationWithoutReadingThePeers(t *testing.T) {
 	decided := 0
 	for _, phase := range Phases {
@@ -151,4 +156,256 @@ func TestNoReadableStatusStartsAMigrationWithoutReadingThePeers(t *testing.T) {
 		}
 	}
 	require.Greater(t, decided, 100)
+}
+
+func TestAdmit(t *testing.T) {
+	self := Peer{Name: "media", Priority: 20}
+	tests := []struct {
+		name        string
+		peers       []Peer
+		concurrency int
+		ok          bool
+		why         string
+	}{
+		{"alone it starts", nil, 1, true, ""},
+		{"a migrating namespace holds the only slot", []Peer{{Name: "shop", Priority: 10, Phase: PhaseMigrating, HoldsSlot: true}}, 1, false, "waiting for a free slot: 1 of 1 in use by shop"},
+		{"a paused namespace holds its slot", []Peer{{Name: "shop", Priority: 30, Phase: PhasePaused, HoldsSlot: true}}, 1, false, "waiting for a free slot: 1 of 1 in use by shop"},
+		{"a pending namespace of lower priority value goes first", []Peer{{Name: "shop", Priority: 10, Phase: PhasePending}}, 1, false, "waiting for its turn: shop (priority 10) go first"},
+		{"equal priority goes by name", []Peer{{Name: "alpha", Priority: 20}}, 1, false, "waiting for its turn: alpha (priority 20) go first"},
+		{"later namespaces do not hold it up", []Peer{{Name: "zoo", Priority: 20}, {Name: "web", Priority: 50}}, 1, true, ""},
+		{"completed, blocked and rolled back namespaces hold no slot", []Peer{{Name: "a", Priority: 1, Phase: PhaseCompleted}, {Name: "b", Priority: 1, Phase: PhaseBlocked}, {Name: "c", Priority: 1, Phase: PhaseRolledBack}}, 1, true, ""},
+		{"with two slots it starts beside one migration", []Peer{{Name: "shop", Priority: 10, Phase: PhaseMigrating, HoldsSlot: true}}, 2, true, ""},
+		{"with two slots, one taken and one earlier pending, it waits", []Peer{{Name: "shop", Priority: 10, Phase: PhaseMigrating, HoldsSlot: true}, {Name: "blog", Priority: 5}}, 2, false, "waiting for its turn: blog (priority 5) go first"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ok, why := Admit(self, tt.peers, tt.concurrency)
+			assert.Equal(t, tt.ok, ok)
+			assert.Equal(t, tt.why, why)
+		})
+	}
+}
+
+func TestANamespacePausedBeforeItsFirstWaveHoldsNoSlot(t *testing.T) {
+	s := newSim(t, deploy("a"))
+	s.snap.Namespace.Annotations[AnnotationPaused] = "true"
+	d := s.decide(nil)
+	assert.Equal(t, PhasePaused, d.Status.Phase)
+	assert.Empty(t, d.Moves)
+	assert.False(t, d.Status.HoldsSlot())
+	raw, _ := d.Status.Encode()
+	peer, ok := PeerOf("shop", map[string]string{AnnotationTargetRevision: "1-26", AnnotationStatus: raw}, nil, nil)
+	require.True(t, ok)
+	ok, why := Admit(Peer{Name: "blog", Priority: 100}, []Peer{peer}, 1)
+	assert.True(t, ok, why)
+}
+
+func TestABlockedMigrationKeepsItsSlotAndResumesWithoutAsking(t *testing.T) {
+	s := newSim(t, deploy("a"), deploy("b"))
+	s.decide(nil)
+	s.snap.Workloads[1].Annotations[AnnotationWave] = "x"
+	d := s.decide(nil)
+	require.Equal(t, PhaseBlocked, d.Status.Phase)
+	assert.True(t, d.Status.HoldsSlot(), "blocked half-way, it keeps its slot")
+	// Another namespace took no slot meanwhile; unblocked, it goes on
+	// even though a peer now waits with a higher priority.
+	s.snap.Peers = []Peer{{Name: "aaa", Priority: 1, Phase: PhasePending}}
+	delete(s.snap.Workloads[1].Annotations, AnnotationWave)
+	d = s.decide(nil)
+	assert.Equal(t, PhaseMigrating, d.Status.Phase)
+	assert.Equal(t, 1, d.Status.Wave)
+}
+
+func TestAnUnreadableStatusHoldsItsSlot(t *testing.T) {
+	p, ok := PeerOf("shop", map[string]string{AnnotationTargetRevision: "1-26", AnnotationStatus: `{"phase":`}, nil, nil)
+	require.True(t, ok)
+	assert.True(t, p.HoldsSlot, "shop may be half-way through a migration")
+	admitted, why := Admit(Peer{Name: "blog", Priority: 100}, []Peer{p}, 1)
+	assert.False(t, admitted)
+	assert.NotEmpty(t, why)
+}
+
+// Never more namespaces migrating than concurrency allows (1 here).
+// Namespace shop is half-way (wave 2 patched) when its meshwave.io/status
+// is removed. Its next reconcile adopts its migration from the move records
+// without asking Admit, as adoption never does, so its peers read a missing
+// status over move records as holding the slot: blog is not admitted
+// beside it.
+func TestAMissingStatusOverMoveRecordsHoldsTheSlot(t *testing.T) {
+	shop := toWave2(t)
+	shop.status = nil // the annotation was removed
+	shopPeer := shopPeer(t, shop)
+
+	blog := newSim(t, deploy("x"))
+	blog.snap.Namespace.Name = "blog"
+	blog.snap.Peers = []Peer{shopPeer}
+	blog.decide(nil)
+
+	blogRaw, err := blog.status.Encode()
+	require.NoError(t, err)
+	blogPeer, _ := PeerOf("blog", map[string]string{AnnotationTargetRevision: "1-26", AnnotationStatus: blogRaw}, nil, nil)
+	shop.snap.Peers = []Peer{blogPeer}
+	shop.decide(nil)
+
+	var holding []string
+	if blog.status.HoldsSlot() {
+		holding = append(holding, "blog")
+	}
+	if shop.status.HoldsSlot() {
+		holding = append(holding, "shop")
+	}
+	assert.LessOrEqual(t, len(holding), 1, "concurrency 1, but %v migrate at once (shop %s wave %d, blog %s wave %d)",
+		holding, shop.status.Phase, shop.status.Wave, blog.status.Phase, blog.status.Wave)
+}
+
+// shopPeer reads s's namespace as a peer named shop, as the agent does:
+// its annotations, and its workloads when those do not settle it.
+func shopPeer(t *testing.T, s *sim) Peer {
+	t.Helper()
+	annotations := maps.Clone(s.snap.Namespace.Annotations)
+	if s.raw != nil {
+		annotations[AnnotationStatus] = *s.raw
+	} else if s.status != nil {
+		raw, err := s.status.Encode()
+		require.NoError(t, err)
+		annotations[AnnotationStatus] = raw
+	}
+	p, ok := PeerOf("shop", annotations, s.snap.Mesh.Resolve, func() ([]Workload, error) { return s.snap.Workloads, nil })
+	require.True(t, ok)
+	return p
+}
+
+// Never more namespaces migrating than concurrency allows (1 here).
+// Namespace shop is half-way (wave 2 patched) when its meshwave.io/status
+// is replaced by an old copy of a migration to the same target that ended
+// (a GitOps re-sync of a stale manifest). shop's next reconcile adopts its
+// migration from the newer move records without asking Admit, as adoption
+// never does: its peers read shop as holding the slot while the records
+// contradict the status, exactly as shop's own decision reads them, so
+// blog waits.
+func TestAnEndedStatusOverNewerMoveRecordsHoldsTheSlot(t *testing.T) {
+	for _, phase := range []Phase{PhaseCompleted, PhaseRolledBack} {
+		t.Run(string(phase), func(t *testing.T) {
+			shop := toWave2(t)
+			started := *shop.status.StartedAt
+			shop.editStatus(func(m map[string]any) {
+				m["phase"], m["reason"] = string(phase), "an old copy"
+				m["startedAt"] = started.Add(-24 * time.Hour).Format(time.RFC3339)
+			})
+			peer := shopPeer(t, shop)
+			assert.Equal(t, Peer{Name: "shop", Priority: DefaultPriority, Phase: phase, HoldsSlot: true}, peer)
+
+			blog := newSim(t, deploy("x"))
+			blog.snap.Namespace.Name = "blog"
+			blog.snap.Peers = []Peer{peer}
+			d := blog.decide(nil)
+			assert.Equal(t, PhasePending, d.Status.Phase)
+			assert.Equal(t, "waiting for a free slot: 1 of 1 in use by shop", d.Status.Reason)
+			assert.Empty(t, d.Moves)
+
+			d = shop.decide(nil)
+			require.True(t, hasEvent(d, "StatusAdopted"), "events %v", d.Events)
+			assert.True(t, d.Status.HoldsSlot(), "shop adopted its migration: %s at wave %d", d.Status.Phase, d.Status.Wave)
+			assert.Equal(t, started, *d.Status.StartedAt)
+		})
+	}
+}
+
+// A migration that ended as its records say holds no slot: the records
+// are read only to find a contradiction, and agreeing ones free it.
+func TestAnEndedStatusItsRecordsAgreeWithHoldsNoSlot(t *testing.T) {
+	s := toWave2(t)
+	s.rollOut("1-26", "b", "c")
+	s.decide(s.gates())
+	require.Equal(t, PhaseCompleted, s.status.Phase)
+	assert.Equal(t, Peer{Name: "shop", Priority: DefaultPriority, Phase: PhaseCompleted}, shopPeer(t, s))
+
+	r := newSim(t, deploy("a"), deploy("b"))
+	r.decide(nil)
+	r.decide(failRollout("a", "a did not roll out"))
+	r.rollOut("1-25", "a")
+	r.decide(r.gates())
+	require.Equal(t, PhaseRolledBack, r.status.Phase)
+	assert.Equal(t, Peer{Name: "shop", Priority: DefaultPriority, Phase: PhaseRolledBack}, shopPeer(t, r))
+}
+
+// A namespace whose workloads cannot be read may be half-way: it holds its
+// slot, the careful answer.
+func TestAPeerWhoseWorkloadsCannotBeReadHoldsItsSlot(t *testing.T) {
+	s := toWave2(t)
+	s.rollOut("1-26", "b", "c")
+	s.decide(s.gates())
+	raw, err := s.status.Encode()
+	require.NoError(t, err)
+	for _, annotations := range []map[string]string{
+		{AnnotationTargetRevision: "1-26", AnnotationStatus: raw},
+		{AnnotationTargetRevision: "1-26"},
+	} {
+		p, ok := PeerOf("shop", annotations, s.snap.Mesh.Resolve, func() ([]Workload, error) { return nil, errors.New("not synced") })
+		require.True(t, ok)
+		assert.True(t, p.HoldsSlot, "status %q", annotations[AnnotationStatus])
+	}
+}
+
+// Never more namespaces migrating than concurrency allows (1 here), when
+// a tag is repointed over an ended namespace. An ended status is read with
+// its target re-resolved, so once a tag is repointed, the records of an
+// old, long-finished migration to the revision it names now may
+// contradict a status that was never about them. shop targets the tag
+// canary. canary named 1-27; shop migrated a, b and c to 1-27 (M0) and
+// completed. a was then marked meshwave.io/skip, canary was repointed to
+// 1-26, and shop was retried: M1 moved b and c to 1-26 and completed; a
+// keeps its M0 record. blog has since been admitted and migrates. canary
+// is repointed back to 1-27: nobody asked shop to move, and it takes no
+// slot and restarts nothing beside blog.
+func TestATagRepointedOverAnEndedNamespaceStartsNoMigrationBesideAnother(t *testing.T) {
+	s := batchedSim(t, "a", "b", "c")
+	s.install("1-27")
+	s.snap.Mesh.Tags["canary"] = "1-27"
+	s.snap.Namespace.Annotations[AnnotationTargetRevision] = "canary"
+	s.playUntil(PhaseCompleted)
+	m0 := s.status.MigrationID()
+	require.Equal(t, "1-27", s.status.TargetRevision)
+
+	// a is skipped from now on; canary names 1-26; shop is retried.
+	s.snap.Workloads[0].Annotations[AnnotationSkip] = "true"
+	s.snap.Mesh.Tags["canary"] = "1-26"
+	s.now = s.now.Add(time.Hour)
+	s.decide(nil)
+	delete(s.snap.Namespace.Annotations, AnnotationTargetRevision)
+	s.decide(nil)
+	require.Equal(t, PhaseStopped, s.status.Phase)
+	s.now = s.now.Add(time.Hour)
+	s.snap.Namespace.Annotations[AnnotationTargetRevision] = "canary"
+	s.playUntil(PhaseCompleted)
+	require.Equal(t, "1-26", s.status.TargetRevision)
+	require.NotEqual(t, m0, s.status.MigrationID())
+	a, _ := ReadMoveRecord(s.snap.Workloads[0].Annotations)
+	require.Equal(t, m0, a.Migration, "a, skipped, keeps its record of M0")
+
+	// blog was admitted since and migrates.
+	s.snap.Peers = []Peer{{Name: "blog", Priority: DefaultPriority, Phase: PhaseMigrating, HoldsSlot: true}}
+	s.now = s.now.Add(time.Hour)
+	s.snap.Mesh.Tags["canary"] = "1-27"
+	before := s.status.DeepCopy()
+	d := s.decide(nil)
+	var events []string
+	for _, e := range d.Events {
+		events = append(events, e.Reason+": "+e.Message)
+	}
+	assert.False(t, TakesSlot(before, s.status),
+		"a repointed tag started shop (%s at wave %d) beside blog with concurrency 1, unasked and unadmitted: %v", s.status.Phase, s.status.Wave, events)
+	// Played on: a already runs 1-27, so its wave passes, and the next
+	// wave restarts b and c.
+	var moved []string
+	for i := 0; i < 3; i++ {
+		s.now = s.now.Add(2 * time.Minute)
+		for _, m := range s.decide(s.gates()).Moves {
+			if m.RecordOnly {
+				continue // a's skip written on its record
+			}
+			moved = append(moved, m.Workload+"→"+m.Record.Revision)
+		}
+	}
+	assert.Empty(t, moved, "restarted while blog holds the only slot")
 }

@@ -1,6 +1,7 @@
 package canary
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -240,4 +241,14 @@ func TestVersions(t *testing.T) {
 		assert.Equal(t, c.cmp, cmp, c.a+" vs "+c.b)
 		assert.Equal(t, c.ok, ok, c.a+" vs "+c.b)
 	}
+}
+
+func TestASailGracePeriodTooLongForADurationIsLongEnough(t *testing.T) {
+	huge := int64(math.MaxInt64)
+	warnings := sailWarnings([]SailIstio{{Name: "default", UpdateStrategy: "RevisionBased", GracePeriodSeconds: &huge}}, 3, "1-25", Config{})
+	assert.Empty(t, warnings, "a grace period of %d s outlasts any migration", huge)
+	tenYears := int64(10 * 365 * 24 * 3600)
+	assert.Empty(t, sailWarnings([]SailIstio{{Name: "default", UpdateStrategy: "RevisionBased", GracePeriodSeconds: &tenYears}}, 3, "1-25", Config{}))
+	overflow := int64(math.MaxInt64/int64(time.Second)) + 1
+	assert.Empty(t, sailWarnings([]SailIstio{{Name: "default", UpdateStrategy: "RevisionBased", GracePeriodSeconds: &overflow}}, 3, "1-25", Config{}))
 }

@@ -2,7 +2,10 @@ package canary
 
 import (
 	"fmt"
+	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
@@ -105,4 +108,80 @@ func kind(k Kind) wopt {
 		w.Kind = k
 		w.Name = WorkloadID(k, w.Name)
 	}
+}
+
+// movesInOrder is every restart the decisions asked for, in order, as
+// "a>1-26" (forward) or "a<1-25" (rollback).
+func movesInOrder(ds []Decision) []string {
+	var out []string
+	for _, d := range ds {
+		for _, m := range d.Moves {
+			if m.RecordOnly {
+				continue
+			}
+			dir := ">"
+			if m.Record.Rollback {
+				dir = "<"
+			}
+			out = append(out, m.Workload+dir+m.Record.Revision)
+		}
+	}
+	return out
+}
+
+// forwardMoves lists the workloads of the forward (not rollback) moves of a
+// decision.
+func forwardMoves(d Decision) []string {
+	var out []string
+	for _, m := range d.Moves {
+		if !m.Record.Rollback && !m.RecordOnly {
+			out = append(out, m.Workload)
+		}
+	}
+	return out
+}
+
+// forwardMovesTo lists the restarts of the decisions played that move a
+// workload forward to rev.
+func forwardMovesTo(ds []Decision, rev string) []string {
+	var out []string
+	for _, d := range ds {
+		for _, m := range d.Moves {
+			if !m.RecordOnly && !m.Record.Rollback && m.Record.Revision == rev {
+				out = append(out, m.Workload)
+			}
+		}
+	}
+	return out
+}
+
+// backMoves counts the rollback restarts of the decisions played, by
+// workload.
+func backMoves(ds []Decision) map[string]int {
+	out := map[string]int{}
+	for _, d := range ds {
+		for _, m := range d.Moves {
+			if !m.RecordOnly && m.Record.Rollback {
+				out[m.Workload]++
+			}
+		}
+	}
+	return out
+}
+
+// reasonsOf lists the reasons of the events.
+func reasonsOf(events []Event) []string {
+	var out []string
+	for _, e := range events {
+		out = append(out, e.Reason)
+	}
+	return out
+}
+
+// encoded is st as meshwave writes it into meshwave.io/status.
+func encoded(t *testing.T, st *Status) string {
+	t.Helper()
+	v, err := st.Encode()
+	require.NoError(t, err)
+	return v
 }

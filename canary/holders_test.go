@@ -346,3 +346,30 @@ func TestNoPodNoHolder(t *testing.T) {
 	assert.Equal(t, Holders{Revision: "1-25", Holders: []Holder{}, Finished: []Holder{}}, h)
 	assert.Empty(t, h.PodsByReason())
 }
+
+// A Completed status keeps the revision its migration went to (1-26)
+// while the tag canary now names 1-27: the holders of its pods on 1-26
+// read that the migration ended, and name the revision it went to, not a
+// move to 1-27 that meshwave never makes until the target is set again.
+func TestHoldersOfACompletedNamespaceAfterARepointSayItEnded(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		check func(t *testing.T, h Holder)
+	}{
+		{"each says the migration ended", func(t *testing.T, h Holder) {
+			assert.Equal(t, ReasonMigrationEnded, h.Code, "%s %s: %s %s", h.Kind, h.Name, h.State, h.Reason)
+		}},
+		{"none names the revision the tag names now", func(t *testing.T, h Holder) {
+			assert.NotContains(t, h.Reason, "to 1-27 is Completed", h.Name)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := completedOnTag(t)
+			hs := holdersIn("1-26", s.snap, s.status)
+			require.NotEmpty(t, hs.Holders)
+			for _, h := range hs.Holders {
+				tc.check(t, h)
+			}
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package canary
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -97,4 +98,68 @@ func TestOnlyProgressIsTheGatesStateOfTheWaveUnderTest(t *testing.T) {
 			assert.Equal(t, tt.want, OnlyProgress(prev, tt.next))
 		})
 	}
+}
+
+func TestStatusStaysSmallWithThousandsOfWorkloads(t *testing.T) {
+	var ws []Workload
+	for i := 0; i < 5000; i++ {
+		ws = append(ws, deploy(fmt.Sprintf("svc-%04d", i)))
+	}
+	for i := 0; i < 500; i++ {
+		ws = append(ws, deploy(fmt.Sprintf("skip-%04d", i), ann(AnnotationSkip, "true")))
+	}
+	s := newSim(t, ws...)
+	s.cfg.Sizes = WaveSizes{CanarySize: 1, BatchSize: 50}
+	d := s.decide(nil)
+	raw, err := d.Status.Encode()
+	require.NoError(t, err)
+	assert.Less(t, len(raw), 8*1024, "status of %d bytes", len(raw))
+	assert.Equal(t, 5500, d.Status.Counts.Total)
+	assert.Len(t, d.Status.Skipped, maxSkipped)
+	assert.True(t, strings.HasPrefix(d.Status.Skipped[0].Workload, "skip-"))
+}
+
+// The status stays bounded in size whatever the namespace holds, so the
+// namespace write is one the apiserver takes. Under policy Pause with
+// batches of 250, an admission policy refuses the restarts of wave 2 with
+// a 1.1 KB answer each (Gatekeeper lists every violated constraint).
+// Quoted in full in each member's reason and in each of the last
+// failures', the Paused status would be well over the apiserver's 256 KiB
+// limit for an object's annotations: refused with 422 and asked again
+// every minute, the failed wave would never be recorded.
+func TestTheStatusOfAWaveOfRefusedRestartsStaysUnderTheAnnotationLimit(t *testing.T) {
+	var ws []Workload
+	for i := 0; i <= 250; i++ {
+		ws = append(ws, deploy(fmt.Sprintf("svc-%04d", i)))
+	}
+	s := newSim(t, ws...)
+	s.cfg.Sizes = WaveSizes{CanarySize: 1, BatchSize: 250}
+	s.cfg.FailurePolicy = PolicyPause
+	s.decide(nil)
+	s.rollOut("1-26", "svc-0000")
+	s.decide(s.gates())
+	s.now = s.now.Add(time.Minute)
+	answer := `admission webhook "validation.gatekeeper.sh" denied the request: ` + strings.Repeat("[restrict-template-changes] pod template annotation changes need a change ticket; ", 13) + "(403 Forbidden)"
+	s.refused = map[string]string{}
+	for _, w := range ws[1:] {
+		s.refused[w.Name] = answer
+	}
+	s.decide(nil) // wave 2's restarts are sent and refused
+	d := s.decide(nil)
+	require.NotNil(t, d.Status)
+	require.Equal(t, PhasePaused, d.Status.Phase)
+	raw, err := d.Status.Encode()
+	require.NoError(t, err)
+	memberReasons, verdictReasons, failureReasons := 0, 0, 0
+	for _, w := range d.Status.Workloads {
+		memberReasons += len(w.Reason)
+	}
+	for _, v := range d.Status.Verdicts {
+		verdictReasons += len(v.Reason)
+	}
+	for _, f := range d.Status.Failures {
+		failureReasons += len(f.Reason)
+	}
+	assert.Less(t, len(raw), 256*1024, "the Paused status is %d bytes: reason %d, %d members' reasons %d, verdict reasons %d, %d failures' reasons %d",
+		len(raw), len(d.Status.Reason), len(d.Status.Workloads), memberReasons, verdictReasons, len(d.Status.Failures), failureReasons)
 }

@@ -2,6 +2,7 @@ package canary
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,4 +80,29 @@ func TestWhatMeshwaveNeverRestartsCostsNoWriteOfItsOwn(t *testing.T) {
 	d = Decide(Input{Snapshot: s, Status: st, Verdicts: passed, Now: t0.Add(2 * time.Second), Config: DefaultConfig()})
 	require.NotNil(t, d.Status)
 	assert.Equal(t, []Exclusion{{"Job/report", "1 running pod carries a proxy of 1-25: meshwave never restarts a Job: it finishes where it started"}}, d.Status.Unmovable)
+}
+
+func TestWhatMeshwaveNeverRestartsIsBoundedWhateverItsPodsSay(t *testing.T) {
+	s := snap(deploy("api"))
+	revs := map[string]int{}
+	for i := 0; i < 2000; i++ {
+		revs[fmt.Sprintf("rev-%04d-%s", i, strings.Repeat("x", 50))] = 1
+	}
+	var ws []Unmovable
+	for i := 0; i < maxSkipped; i++ {
+		// A pod's owner reference may name any kind, and its sidecar
+		// status any revision.
+		ws = append(ws, Unmovable{ID: fmt.Sprintf("%s/p-%02d", strings.Repeat("K", 10_000), i), Revisions: revs})
+	}
+	s.Unmovable = ws
+	d := Decide(Input{Snapshot: s, Now: t0, Config: DefaultConfig()})
+	require.NotNil(t, d.Status)
+	raw, err := d.Status.Encode()
+	require.NoError(t, err)
+	assert.Less(t, len(raw), 16<<10, "the status stays small")
+	for _, x := range d.Status.Unmovable {
+		assert.LessOrEqual(t, len(x.Reason), maxItemReason)
+	}
+	_, _, err = ParseStatus(map[string]string{AnnotationStatus: raw})
+	require.NoError(t, err)
 }

@@ -17,8 +17,10 @@ import (
 
 	"github.com/meshwave/meshwave/agent"
 	"github.com/meshwave/meshwave/canary"
+	"github.com/meshwave/meshwave/e2e/cluster"
 	"github.com/meshwave/meshwave/e2e/fixture"
 	"github.com/meshwave/meshwave/e2e/harness"
+	"github.com/meshwave/meshwave/e2e/mesh"
 )
 
 // apiCounter counts the requests a client sends, by verb and object, so a
@@ -74,6 +76,29 @@ func optIn(f *fixture.Fixture, ns, target string, priority int) {
 	f.T.Helper()
 	t, p := target, fmt.Sprint(priority)
 	f.When().AnnotateNamespace(ns, canary.AnnotationTargetRevision, &t).AnnotateNamespace(ns, canary.AnnotationPriority, &p)
+}
+
+// threeWorkloads stages namespace ns on 1-25 with Deployments a, b and c
+// of one replica each, rolled out.
+func threeWorkloads(f *fixture.Fixture, ns string) {
+	f.T.Helper()
+	f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, nil).
+		Deployment(ns, "a", fixture.Replicas(1)).Deployment(ns, "b", fixture.Replicas(1)).Deployment(ns, "c", fixture.Replicas(1)).RolledOut(ns)
+}
+
+// holdNew keeps the new pods of a workload unready until released.
+func holdNew(f *fixture.Fixture, ns, app string) func() {
+	return f.World.Cluster.Kubelet.HoldUnready(cluster.PodSelector{Namespace: ns, Labels: fixture.PodSelector(map[string]string{"app": app}), OnlyNew: true})
+}
+
+// waitForMove waits until the move record of Deployment name in ns is of
+// the given wave.
+func waitForMove(f *fixture.Fixture, ns, name string, wave int) {
+	f.T.Helper()
+	f.Eventually(fmt.Sprintf("%s moved in wave %d", name, wave), func() (bool, string) {
+		r, ok := moveRecord(f, ns, name)
+		return ok && r.Wave == wave, fmt.Sprint(r)
+	})
 }
 
 func status(f *fixture.Fixture, ns string) *canary.Status {

@@ -107,8 +107,7 @@ type crashRun struct {
 // namespace and its Deployments, and a second agent finishes the job.
 func runCrashPoint(f *fixture.Fixture, sc crashScenario, ns string, crashAfter int) crashRun {
 	f.T.Helper()
-	f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, nil).
-		Deployment(ns, "a", fixture.Replicas(1)).Deployment(ns, "b", fixture.Replicas(1)).Deployment(ns, "c", fixture.Replicas(1)).RolledOut(ns)
+	threeWorkloads(f, ns)
 	if sc.stage != nil {
 		sc.stage(f, ns)
 	}

@@ -23,7 +23,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/meshwave/meshwave/canary"
-	"github.com/meshwave/meshwave/e2e/cluster"
 	"github.com/meshwave/meshwave/e2e/fixture"
 	"github.com/meshwave/meshwave/e2e/mesh"
 	"github.com/meshwave/meshwave/e2e/prom"
@@ -305,7 +304,7 @@ func TestTheDashboardAndAlertsOnALiveAgent(t *testing.T) {
 	traffic := f.World.Mesh.Traffic()
 	traffic.SetBehavior(mesh.WorkloadRef{Namespace: bad, Name: "reviews"}, "1-26", mesh.Behavior{ErrorRatio: 0.3, LatencyMs: 40})
 	traffic.SetBehavior(mesh.WorkloadRef{Namespace: paused, Name: "cart"}, "1-26", mesh.Behavior{ErrorRatio: 0.3, LatencyMs: 40})
-	release := f.World.Cluster.Kubelet.HoldUnready(cluster.PodSelector{Namespace: stuck, Labels: fixture.PodSelector(map[string]string{"app": "slow"}), OnlyNew: true})
+	release := holdNew(f, stuck, "slow")
 	t.Cleanup(release)
 	for _, ns := range []string{done, bad, paused} {
 		waitForTraffic(t, f, ns, 2)

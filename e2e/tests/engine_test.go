@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/meshwave/meshwave/canary"
-	"github.com/meshwave/meshwave/e2e/cluster"
 	"github.com/meshwave/meshwave/e2e/fixture"
 	"github.com/meshwave/meshwave/e2e/mesh"
 	"github.com/meshwave/meshwave/e2e/world"
@@ -164,7 +163,7 @@ func TestAReadinessTimeoutFailsTheWorkloadAndPauses(t *testing.T) {
 		Deployment(ns, "slow", waveAnnotation("1"), fixture.Annotations(map[string]string{canary.AnnotationReadinessTimeout: "4s"})).
 		Deployment(ns, "later", waveAnnotation("2")).
 		RolledOut(ns)
-	release := f.World.Cluster.Kubelet.HoldUnready(cluster.PodSelector{Namespace: ns, Labels: fixture.PodSelector(map[string]string{"app": "slow"}), OnlyNew: true})
+	release := holdNew(f, ns, "slow")
 	optIn(f, ns, "1-26", 10)
 	cfg := testConfig(f)
 	cfg.FailurePolicy = string(canary.PolicyPause)
@@ -217,7 +216,7 @@ func TestPauseResumeAndAnAgentKilledMidWave(t *testing.T) {
 	assert.Equal(t, "paused by meshwave.io/paused before the first wave", st.Reason)
 	assert.Empty(t, counter.writes("PATCH deployments"))
 
-	release := f.World.Cluster.Kubelet.HoldUnready(cluster.PodSelector{Namespace: ns, Labels: fixture.PodSelector(map[string]string{"app": "b"}), OnlyNew: true})
+	release := holdNew(f, ns, "b")
 	f.When().AnnotateNamespace(ns, canary.AnnotationPaused, nil)
 	f.Eventually("wave 2 (b, c) restarted", func() (bool, string) {
 		rb, okb := moveRecord(f, ns, "b")

@@ -12,9 +12,7 @@ import (
 
 	"github.com/meshwave/meshwave/agent"
 	"github.com/meshwave/meshwave/canary"
-	"github.com/meshwave/meshwave/e2e/cluster"
 	"github.com/meshwave/meshwave/e2e/fixture"
-	"github.com/meshwave/meshwave/e2e/mesh"
 	"github.com/meshwave/meshwave/e2e/world"
 )
 
@@ -30,7 +28,7 @@ func TestHighAvailability(t *testing.T) {
 		const ns = "failover"
 		cfg, leases := haScenario(f, ns)
 		log := &writeLog{}
-		release := f.World.Cluster.Kubelet.HoldUnready(cluster.PodSelector{Namespace: ns, Labels: fixture.PodSelector(map[string]string{"app": "b"}), OnlyNew: true})
+		release := holdNew(f, ns, "b")
 		optIn(f, ns, "1-26", 10)
 		replicas := map[string]*replica{
 			"agent-a": startReplica(t, f, cfg, "agent-a", log),
@@ -41,10 +39,7 @@ func TestHighAvailability(t *testing.T) {
 		assertServes(t, replicas[leader], 1)
 		assertServes(t, follower, 0)
 
-		f.Eventually("wave 2 under way", func() (bool, string) {
-			r, ok := moveRecord(f, ns, "c")
-			return ok && r.Wave == 2, fmt.Sprint(r)
-		})
+		waitForMove(f, ns, "c", 2)
 		crashed := time.Now()
 		replicas[leader].crash()
 		f.Eventually(follower.name+" to take the lease", func() (bool, string) {
@@ -70,7 +65,7 @@ func TestHighAvailability(t *testing.T) {
 		const ns = "deposed"
 		cfg, leases := haScenario(f, ns)
 		log := &writeLog{}
-		release := f.World.Cluster.Kubelet.HoldUnready(cluster.PodSelector{Namespace: ns, Labels: fixture.PodSelector(map[string]string{"app": "b"}), OnlyNew: true})
+		release := holdNew(f, ns, "b")
 		optIn(f, ns, "1-26", 10)
 		replicas := map[string]*replica{
 			"agent-c": startReplica(t, f, cfg, "agent-c", log),
@@ -78,10 +73,7 @@ func TestHighAvailability(t *testing.T) {
 		}
 		leader := currentLeader(f, leases)
 		follower := otherReplica(replicas, leader)
-		f.Eventually("wave 2 under way", func() (bool, string) {
-			r, ok := moveRecord(f, ns, "c")
-			return ok && r.Wave == 2, fmt.Sprint(r)
-		})
+		waitForMove(f, ns, "c", 2)
 		// The leader can reach everything but its Lease. Once it knows it
 		// lost it, wave 2 becomes ready: a replica still reconciling would
 		// write the wave's outcome, and must not.
@@ -109,8 +101,7 @@ func TestHighAvailability(t *testing.T) {
 // in a canary of one and a wave of two, and watches the agent's Lease.
 func haScenario(f *fixture.Fixture, ns string) (agent.Config, *leaseWatch) {
 	f.T.Helper()
-	f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, nil).
-		Deployment(ns, "a", fixture.Replicas(1)).Deployment(ns, "b", fixture.Replicas(1)).Deployment(ns, "c", fixture.Replicas(1)).RolledOut(ns)
+	threeWorkloads(f, ns)
 	cfg := testConfig(f)
 	cfg.BatchSize = 2
 	return cfg, watchLease(f.T, f, f.World.Mesh.RootNamespace(), cfg.LeaderElection.LeaseName)

@@ -6,22 +6,17 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
 	"github.com/meshwave/meshwave/canary"
-	"github.com/meshwave/meshwave/e2e/cluster"
 	"github.com/meshwave/meshwave/e2e/fixture"
 	"github.com/meshwave/meshwave/e2e/mesh"
 	"github.com/meshwave/meshwave/e2e/world"
@@ -69,18 +64,14 @@ func TestStateIntegrity(t *testing.T) {
 	t.Run("a lost status is rebuilt from the move records and nothing restarts twice", func(t *testing.T) {
 		f := shared.For(t)
 		const ns = "lost"
-		f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, nil).
-			Deployment(ns, "a", fixture.Replicas(1)).Deployment(ns, "b", fixture.Replicas(1)).Deployment(ns, "c", fixture.Replicas(1)).RolledOut(ns)
-		release := f.World.Cluster.Kubelet.HoldUnready(cluster.PodSelector{Namespace: ns, Labels: fixture.PodSelector(map[string]string{"app": "b"}), OnlyNew: true})
+		threeWorkloads(f, ns)
+		release := holdNew(f, ns, "b")
 		counter := newAPICounter()
 		cfg := testConfig(f)
 		cfg.BatchSize = 2
 		optIn(f, ns, "1-26", 10)
 		startAgent(t, f, cfg, counter, "agent-"+ns)
-		f.Eventually("wave 2 patched", func() (bool, string) {
-			r, ok := moveRecord(f, ns, "c")
-			return ok && r.Wave == 2, fmt.Sprint(r)
-		})
+		waitForMove(f, ns, "c", 2)
 		f.When().AnnotateNamespace(ns, canary.AnnotationStatus, nil)
 		waitForEvent(f, "Namespace", "", ns, "StatusAdopted: the namespace has no status; continuing migration")
 		st := status(f, ns)
@@ -99,14 +90,11 @@ func TestStateIntegrity(t *testing.T) {
 		const ns = "edited"
 		f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, nil).
 			Deployment(ns, "a", fixture.Replicas(1)).Deployment(ns, "b", fixture.Replicas(1)).RolledOut(ns)
-		release := f.World.Cluster.Kubelet.HoldUnready(cluster.PodSelector{Namespace: ns, Labels: fixture.PodSelector(map[string]string{"app": "b"}), OnlyNew: true})
+		release := holdNew(f, ns, "b")
 		counter := newAPICounter()
 		optIn(f, ns, "1-26", 10)
 		startAgent(t, f, testConfig(f), counter, "agent-"+ns)
-		f.Eventually("wave 2 patched", func() (bool, string) {
-			r, ok := moveRecord(f, ns, "b")
-			return ok && r.Wave == 2, fmt.Sprint(r)
-		})
+		waitForMove(f, ns, "b", 2)
 		editStatus(f, ns, func(m map[string]any) { m["startedAt"] = "2030-01-01T00:00:00Z" })
 		waitForEvent(f, "Namespace", "", ns, "StatusAdopted: the status disagrees with the Deployments' move records: the move records show moves of migration ")
 		// The status regresses to wave 1, passed: b's move, recorded in wave
@@ -148,19 +136,15 @@ func TestStateIntegrity(t *testing.T) {
 	t.Run("an ended status restored over a newer migration holds its slot", func(t *testing.T) {
 		f := shared.For(t)
 		const ns, other = "restored", "restored-waits"
-		f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, nil).
-			Deployment(ns, "a", fixture.Replicas(1)).Deployment(ns, "b", fixture.Replicas(1)).Deployment(ns, "c", fixture.Replicas(1)).RolledOut(ns).
-			Namespace(other, map[string]string{mesh.LabelRev: "1-25"}, nil).Deployment(other, "x", fixture.Replicas(1)).RolledOut(other)
-		release := f.World.Cluster.Kubelet.HoldUnready(cluster.PodSelector{Namespace: ns, Labels: fixture.PodSelector(map[string]string{"app": "b"}), OnlyNew: true})
+		threeWorkloads(f, ns)
+		f.Given().Namespace(other, map[string]string{mesh.LabelRev: "1-25"}, nil).Deployment(other, "x", fixture.Replicas(1)).RolledOut(other)
+		release := holdNew(f, ns, "b")
 		counter := newAPICounter()
 		cfg := testConfig(f)
 		cfg.BatchSize = 2
 		optIn(f, ns, "1-26", 10)
 		a := startAgent(t, f, cfg, counter, "agent-"+ns)
-		f.Eventually("wave 2 patched", func() (bool, string) {
-			r, ok := moveRecord(f, ns, "c")
-			return ok && r.Wave == 2, fmt.Sprint(r)
-		})
+		waitForMove(f, ns, "c", 2)
 		a.Kill()
 		started := *status(f, ns).StartedAt
 		// A stale copy of the namespace is applied again: its status says a
@@ -193,10 +177,9 @@ func TestStateIntegrity(t *testing.T) {
 	t.Run("a new target set with a rollback asked rolls back first", func(t *testing.T) {
 		f := shared.For(t)
 		const ns = "retarget"
-		f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, nil).
-			Deployment(ns, "a", fixture.Replicas(1)).Deployment(ns, "b", fixture.Replicas(1)).Deployment(ns, "c", fixture.Replicas(1)).RolledOut(ns)
+		threeWorkloads(f, ns)
 		require.NoError(t, f.World.Mesh.InstallRevision(f.Ctx, mesh.Revision{Name: "1-27"}))
-		release := f.World.Cluster.Kubelet.HoldUnready(cluster.PodSelector{Namespace: ns, Labels: fixture.PodSelector(map[string]string{"app": "b"}), OnlyNew: true})
+		release := holdNew(f, ns, "b")
 		counter := newAPICounter()
 		cfg := testConfig(f)
 		cfg.BatchSize = 2
@@ -210,10 +193,7 @@ func TestStateIntegrity(t *testing.T) {
 				}
 			}
 		}()
-		f.Eventually("wave 2 patched", func() (bool, string) {
-			r, ok := moveRecord(f, ns, "c")
-			return ok && r.Wave == 2, fmt.Sprint(r)
-		})
+		waitForMove(f, ns, "c", 2)
 		phases := watchPhases(t, f, ns)
 		// b's new pod never gets ready: a person asks for a rollback and
 		// names another target in the same edit.
@@ -334,41 +314,4 @@ func namespaceLabel(f *fixture.Fixture, ns string) string {
 	n, err := f.Client.CoreV1().Namespaces().Get(f.Ctx, ns, metav1.GetOptions{})
 	require.NoError(f.T, err)
 	return n.Labels[mesh.LabelRev]
-}
-
-// watchPhases records each status a namespace is written with, as "target
-// phase", in the order the apiserver delivers them, repeats left out.
-func watchPhases(t *testing.T, f *fixture.Fixture, ns string) func() []string {
-	var mu sync.Mutex
-	var seen []string
-	factory := informers.NewSharedInformerFactoryWithOptions(f.Client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-		o.FieldSelector = "metadata.name=" + ns
-	}))
-	inf := factory.Core().V1().Namespaces().Informer()
-	record := func(obj any) {
-		n, ok := obj.(*corev1.Namespace)
-		if !ok {
-			return
-		}
-		st, _, err := canary.ParseStatus(n.Annotations)
-		if err != nil || st == nil {
-			return
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if p := st.Target + " " + string(st.Phase); len(seen) == 0 || seen[len(seen)-1] != p {
-			seen = append(seen, p)
-		}
-	}
-	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: record, UpdateFunc: func(_, o any) { record(o) }})
-	require.NoError(t, err)
-	stop := make(chan struct{})
-	factory.Start(stop)
-	factory.WaitForCacheSync(stop)
-	t.Cleanup(func() { close(stop); factory.Shutdown() })
-	return func() []string {
-		mu.Lock()
-		defer mu.Unlock()
-		return slices.Clone(seen)
-	}
 }

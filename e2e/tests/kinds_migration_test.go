@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,8 +14,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/meshwave/meshwave/canary"
 	"github.com/meshwave/meshwave/e2e/cluster"
@@ -190,7 +187,7 @@ kinds      Pod/debug        1     cannot  a bare Pod has no controller to create
 		f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, nil).StatefulSet(sts).
 			PodDisruptionBudget(fixture.NewPodDisruptionBudget(ns, "queue", 1))
 		f.WaitForStatefulSetRolledOut(ns, "queue")
-		release := f.World.Cluster.Kubelet.HoldUnready(cluster.PodSelector{Namespace: ns, Labels: fixture.PodSelector(map[string]string{"app": "queue"}), OnlyNew: true})
+		release := holdNew(f, ns, "queue")
 		log := watchPods(t, f, ns, []string{"queue-0", "queue-1", "queue-2"})
 		optIn(f, ns, "1-26", 40)
 		waitForPhase(f, ns, canary.PhaseRollingBack, 2*time.Minute)
@@ -221,7 +218,7 @@ kinds      Pod/debug        1     cannot  a bare Pod has no controller to create
 		sts.Annotations = map[string]string{canary.AnnotationReadinessTimeout: "5s"}
 		f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, nil).StatefulSet(sts)
 		f.WaitForStatefulSetRolledOut(ns, "cache")
-		release := f.World.Cluster.Kubelet.HoldUnready(cluster.PodSelector{Namespace: ns, Labels: fixture.PodSelector(map[string]string{"app": "cache"}), OnlyNew: true})
+		release := holdNew(f, ns, "cache")
 		optIn(f, ns, "1-26", 30)
 		waitForPhase(f, ns, canary.PhaseRollingBack, 2*time.Minute)
 		// Its controller waits for the pod of the bad template before it
@@ -251,52 +248,4 @@ func runCLIExit(t *testing.T, f *fixture.Fixture, args ...string) (string, int) 
 	}
 	require.NoError(t, err, "meshwave %v: %s", args, stderr.String())
 	return string(out), 0
-}
-
-// podLog watches a namespace's pods and keeps, in order, the pods that
-// began to go away, and the most pods of a set that were down at once.
-type podLog struct {
-	mu      sync.Mutex
-	going   []string
-	seen    map[string]bool
-	maxDown int
-}
-
-func watchPods(t *testing.T, f *fixture.Fixture, ns string, want []string) *podLog {
-	l := &podLog{seen: map[string]bool{}}
-	factory := informers.NewSharedInformerFactoryWithOptions(f.Client, 0, informers.WithNamespace(ns))
-	inf := factory.Core().V1().Pods().Informer()
-	lister := factory.Core().V1().Pods().Lister()
-	update := func(obj any) {
-		p, ok := obj.(*corev1.Pod)
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		if ok && p.DeletionTimestamp != nil && !l.seen[string(p.UID)] {
-			l.seen[string(p.UID)] = true
-			l.going = append(l.going, p.Name)
-		}
-		down := 0
-		for _, name := range want {
-			p, err := lister.Pods(ns).Get(name)
-			if err != nil || p.DeletionTimestamp != nil || !fixture.PodReady(p) {
-				down++
-			}
-		}
-		l.maxDown = max(l.maxDown, down)
-	}
-	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: update, UpdateFunc: func(_, o any) { update(o) }, DeleteFunc: update,
-	})
-	require.NoError(t, err)
-	stop := make(chan struct{})
-	factory.Start(stop)
-	factory.WaitForCacheSync(stop)
-	t.Cleanup(func() { close(stop); factory.Shutdown() })
-	return l
-}
-
-func (l *podLog) result() ([]string, int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return slices.Clone(l.going), l.maxDown
 }

@@ -21,7 +21,6 @@ import (
 
 	"github.com/meshwave/meshwave/agent"
 	"github.com/meshwave/meshwave/canary"
-	"github.com/meshwave/meshwave/e2e/cluster"
 	"github.com/meshwave/meshwave/e2e/fixture"
 	"github.com/meshwave/meshwave/e2e/mesh"
 	"github.com/meshwave/meshwave/e2e/world"
@@ -202,25 +201,6 @@ func TestOutagesAdvanceNothingAndLoseNothing(t *testing.T) {
 		}
 		assert.Empty(t, decoyWrites)
 		assert.NotEmpty(t, log.matching("namespaces "+ns), "the migration elsewhere was written")
-	})
-}
-
-func threeWorkloads(f *fixture.Fixture, ns string) {
-	f.T.Helper()
-	f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, nil).
-		Deployment(ns, "a", fixture.Replicas(1)).Deployment(ns, "b", fixture.Replicas(1)).Deployment(ns, "c", fixture.Replicas(1)).RolledOut(ns)
-}
-
-// holdNew keeps the new pods of a workload unready until released.
-func holdNew(f *fixture.Fixture, ns, app string) func() {
-	return f.World.Cluster.Kubelet.HoldUnready(cluster.PodSelector{Namespace: ns, Labels: fixture.PodSelector(map[string]string{"app": app}), OnlyNew: true})
-}
-
-func waitForMove(f *fixture.Fixture, ns, name string, wave int) {
-	f.T.Helper()
-	f.Eventually(fmt.Sprintf("%s moved in wave %d", name, wave), func() (bool, string) {
-		r, ok := moveRecord(f, ns, name)
-		return ok && r.Wave == wave, fmt.Sprint(r)
 	})
 }
 

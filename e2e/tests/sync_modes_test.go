@@ -138,7 +138,7 @@ func TestAnUnreachableIstiodIsInconclusiveThenResumes(t *testing.T) {
 	f := fixture.New(t, world.Options{NoPrometheus: true})
 	const ns = "dark"
 	f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, nil).Deployment(ns, "app", fixture.Replicas(1)).RolledOut(ns)
-	hold := f.World.Cluster.Kubelet.HoldUnready(cluster.PodSelector{Namespace: ns, Labels: fixture.PodSelector(map[string]string{"app": "app"}), OnlyNew: true})
+	hold := holdNew(f, ns, "app")
 	defer hold()
 	optIn(f, ns, "1-26", 10)
 	startAgent(t, f, testConfig(f), newAPICounter(), "agent-1")

@@ -1,0 +1,109 @@
+package canary
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestInvalidAnnotationsBlockTheNamespaceAndWriteNothingElse(t *testing.T) {
+	s := newSim(t, deploy("cart", waveAnn("abc")), deploy("web"))
+	d := s.decide(nil)
+	assert.Equal(t, PhaseBlocked, d.Status.Phase)
+	assert.Equal(t, `invalid input: meshwave.io/wave on deployment shop/cart: "abc" is not a non-negative integer`, d.Status.Reason)
+	assert.Empty(t, d.Moves)
+	assert.Empty(t, d.Label)
+	assert.False(t, d.SetPaused)
+	assert.Zero(t, d.RequeueAfter, "retrying invalid input does not help")
+	assert.Equal(t, []Event{
+		{Workload: "cart", Type: EventWarning, Reason: "InvalidAnnotation", Message: `meshwave.io/wave on deployment shop/cart: "abc" is not a non-negative integer`},
+		{Type: EventWarning, Reason: "InvalidAnnotation", Message: `invalid input: meshwave.io/wave on deployment shop/cart: "abc" is not a non-negative integer`},
+	}, d.Events)
+
+	d = s.decide(nil)
+	assert.Nil(t, d.Status, "the same problem is not written again")
+	assert.Empty(t, d.Events, "nor reported again")
+
+	delete(s.snap.Workloads[0].Annotations, AnnotationWave)
+	d = s.decide(nil)
+	assert.Equal(t, PhaseMigrating, d.Status.Phase, "fixing the value lets it start")
+}
+
+func TestInvalidInputMidWaveBlocksAndThenResumesWhereItWas(t *testing.T) {
+	s := newSim(t, deploy("a"), deploy("b"))
+	s.decide(nil)
+	s.snap.Namespace.Annotations[AnnotationPriority] = "first"
+	d := s.decide(s.gates())
+	assert.Equal(t, PhaseBlocked, d.Status.Phase)
+	assert.Equal(t, PhaseMigrating, d.Status.BlockedPhase)
+	assert.Empty(t, d.Moves)
+
+	delete(s.snap.Namespace.Annotations, AnnotationPriority)
+	s.rollOut("1-26", "a")
+	d = s.decide(s.gates())
+	assert.Equal(t, PhaseMigrating, d.Status.Phase)
+	assert.Equal(t, WaveVerifying, d.Status.WaveState)
+	assert.Empty(t, d.Moves, "the wave's workload is not restarted again")
+	d = s.decide(s.gates())
+	assert.Equal(t, WavePassed, d.Status.WaveState)
+	assert.Equal(t, map[string]int{"a": 1}, s.patches)
+}
+
+func TestATargetThatNamesNothingBlocks(t *testing.T) {
+	s := newSim(t, deploy("a"))
+	s.snap.Namespace.Annotations[AnnotationTargetRevision] = "1-99"
+	d := s.decide(nil)
+	assert.Equal(t, PhaseBlocked, d.Status.Phase)
+	assert.Contains(t, d.Status.Reason, `meshwave.io/target-revision on namespace shop: "1-99" is not an installed revision or tag`)
+	assert.Empty(t, d.Moves)
+	assert.Empty(t, d.Label)
+}
+
+// Bad input gets a clear error and changes nothing else, within the bound
+// on the status's size. A Deployment carries a huge invalid
+// meshwave.io/wave value (200 KB of control bytes, a paste gone wrong).
+// Quoted in full with %q, each byte escaped as \x01, the Blocked status
+// would be about 800 KB, over the apiserver's 256 KiB limit for an
+// object's annotations: the namespace write would be refused with 422 on
+// every retry and the reason would never reach anyone. The status and
+// each Event stay under that limit.
+func TestAHugeBadAnnotationIsQuotedShort(t *testing.T) {
+	huge := strings.Repeat("\x01", 200_000)
+	s := newSim(t, deploy("a", waveAnn(huge)), deploy("b"))
+	d := Decide(Input{Snapshot: s.snap, Now: s.now, Config: s.cfg})
+	require.NotNil(t, d.Status)
+	require.Equal(t, PhaseBlocked, d.Status.Phase)
+	raw, err := d.Status.Encode()
+	require.NoError(t, err)
+	assert.Less(t, len(raw), 256*1024, "the status is %d bytes", len(raw))
+	for _, e := range d.Events {
+		assert.Less(t, len(e.Message), 256*1024, "event %s of %d bytes", e.Reason, len(e.Message))
+	}
+}
+
+// Bad input is reported once, and nothing repeats without a change. A
+// chart typo sets meshwave.io/wave: "first" on all 60 Deployments of a
+// namespace. The Blocked reason joins 60 errors, about 5.5 KB, and is cut
+// to 4 KiB when written; it is compared with the next decision's as
+// written, so later decisions, with nothing changed, emit none of the 61
+// InvalidAnnotation Warning Events again.
+func TestALongBlockedReasonIsReportedOnce(t *testing.T) {
+	var ws []Workload
+	for i := 0; i < 60; i++ {
+		ws = append(ws, deploy(fmt.Sprintf("svc-%04d", i), waveAnn("first")))
+	}
+	s := newSim(t, ws...)
+	d := s.decide(nil)
+	require.Equal(t, PhaseBlocked, d.Status.Phase)
+	first := len(d.Events)
+	var again []int
+	for i := 0; i < 3; i++ {
+		d = s.decide(nil)
+		require.Nil(t, d.Status, "the status does not change")
+		again = append(again, len(d.Events))
+	}
+	assert.Equal(t, []int{0, 0, 0}, again, "the first decision reported the %d errors in %d Events; each later one with nothing changed reports them again", len(ws), first)
+}

@@ -1,0 +1,140 @@
+package canary
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestManualRollbackOfEverythingAfterCompletion(t *testing.T) {
+	s := newSim(t, deploy("a"), deploy("b"), deploy("c"))
+	s.cfg.DelayBetweenWaves = 0
+	for i := 0; i < 20 && (s.status == nil || s.status.Phase != PhaseCompleted); i++ {
+		d := s.decide(s.gates())
+		for _, m := range d.Moves {
+			s.rollOut("1-26", m.Workload)
+		}
+	}
+	require.Equal(t, PhaseCompleted, s.status.Phase)
+	s.snap.Namespace.Annotations[AnnotationRollback] = "all"
+	d := s.decide(nil)
+	assert.Equal(t, PhaseRollingBack, d.Status.Phase)
+	assert.True(t, d.ClearRollback, "the request is consumed")
+	assert.Equal(t, "1-25", d.Label)
+	assert.Len(t, d.Moves, 3)
+	for _, m := range d.Moves {
+		assert.True(t, m.Record.Rollback)
+		s.rollOut("1-25", m.Workload)
+	}
+	d = s.decide(s.gates())
+	assert.Equal(t, PhaseRolledBack, d.Status.Phase)
+	assert.Equal(t, 3, d.Status.Counts.RolledBack)
+	assert.Equal(t, map[string]int{"a": 2, "b": 2, "c": 2}, s.patches)
+}
+
+func TestManualRollbackOfTheWaveInFlight(t *testing.T) {
+	s := newSim(t, deploy("a"), deploy("b"), deploy("c"))
+	s.cfg.DelayBetweenWaves = 0
+	s.cfg.Sizes = WaveSizes{CanarySize: 1, BatchSize: 2}
+	s.decide(nil)
+	s.rollOut("1-26", "a")
+	s.decide(s.gates()) // wave 1 passes, wave 2 (b, c) starts
+	require.Equal(t, 2, s.status.Wave)
+	s.snap.Namespace.Annotations[AnnotationRollback] = "wave"
+	d := s.decide(nil)
+	var names []string
+	for _, m := range d.Moves {
+		names = append(names, m.Workload)
+	}
+	assert.Equal(t, []string{"b", "c"}, names, "only the wave in flight goes back")
+	assert.Equal(t, "1-25", d.Label)
+}
+
+func TestARollbackRequestBeforeAnyWaveIsIgnored(t *testing.T) {
+	s := newSim(t, deploy("a"))
+	s.snap.Peers = []Peer{{Name: "cart", Priority: 1, Phase: PhaseMigrating, HoldsSlot: true}}
+	s.snap.Namespace.Annotations[AnnotationRollback] = "all"
+	d := s.decide(nil)
+	assert.True(t, d.ClearRollback)
+	assert.Empty(t, d.Moves)
+	assert.Equal(t, "RollbackIgnored", d.Events[0].Reason)
+}
+
+// Nothing spins, and a rollback request is consumed once acted on. Wave 2
+// (b, c) fails and is being rolled back (scope wave). The operator
+// escalates with meshwave.io/rollback=all while the rollback is in flight:
+// the rollback widens to everything, a (moved in wave 1) is returned too,
+// the request is consumed, and the rollback is judged to its end instead
+// of staying RollingBack, requeued every 10s.
+func TestARollbackOfAllAskedDuringAWaveRollbackWidensIt(t *testing.T) {
+	s := toWave2(t)
+	s.decide(failRollout("b", "b did not roll out"))
+	require.Equal(t, PhaseRollingBack, s.status.Phase)
+	require.Equal(t, RollbackWave, s.status.Rollback)
+	s.rollOut("1-25", "b", "c")
+
+	s.snap.Namespace.Annotations[AnnotationRollback] = "all"
+	var requeues []time.Duration
+	for i := 0; i < 5; i++ {
+		d := s.decide(s.gates())
+		requeues = append(requeues, d.RequeueAfter)
+		s.rollOut("1-25", "a", "b", "c")
+		s.now = s.now.Add(time.Minute)
+	}
+	_, pending := s.snap.Namespace.Annotations[AnnotationRollback]
+	assert.False(t, pending, "the rollback=all request is never consumed (requeues %v)", requeues)
+	assert.NotEqual(t, PhaseRollingBack, s.status.Phase, "after 5 decisions (5 minutes) with every pod back on 1-25 the rollback is still in progress; requeues %v", requeues)
+	assert.Equal(t, 2, s.patches["a"], "rollback=all must return a too; patches %v", s.patches)
+}
+
+// rollback=all returns every workload the migration moved, and all asked
+// during a wave's rollback widens it:
+//   - wave 2 (b, c) failed and was rolled back: the namespace is
+//     RolledBack, its label on 1-25, while a, which passed wave 1, still
+//     runs 1-26. The owner asks meshwave.io/rollback=all to return
+//     everything, and a is returned, not left on the target of a migration
+//     that is over with "nothing to roll back: the namespace is
+//     RolledBack";
+//   - a rollback of all after completion pauses because a's restart was
+//     refused. The owner, asked to act, asks again with rollback=wave (or
+//     keeps the "wave" an automation writes): the rollback of all is not
+//     narrowed to the last wave, and a is returned.
+func TestARollbackOfAllIsNeverNarrowedOrRefusedWhileSomethingIsStillMoved(t *testing.T) {
+	t.Run("all after a wave's rollback ended", func(t *testing.T) {
+		s := toWave2(t)
+		s.decide(failRollout("b", "b did not roll out"))
+		s.rollOut("1-25", "b", "c")
+		s.decide(s.gates())
+		require.Equal(t, PhaseRolledBack, s.status.Phase)
+		s.snap.Namespace.Annotations[AnnotationRollback] = "all"
+		d := s.decide(nil)
+		assert.Len(t, d.Moves, 1, "a still runs 1-26 (moved in wave 1); events %v", d.Events)
+	})
+	t.Run("wave asked while a rollback of all is paused", func(t *testing.T) {
+		s := newSim(t, deploy("a"), deploy("b"))
+		s.playUntil(PhaseCompleted)
+		s.snap.Namespace.Annotations[AnnotationRollback] = "all"
+		s.refused = map[string]string{"a": "denied (403 Forbidden)"}
+		s.decide(nil)
+		s.refused = nil
+		s.decide(nil)
+		require.Equal(t, PhasePaused, s.status.Phase)
+		require.Equal(t, RollbackAll, s.status.Rollback)
+		s.snap.Namespace.Annotations[AnnotationRollback] = "wave"
+		s.playUntil(PhaseRolledBack)
+		assert.Equal(t, 2, s.patches["a"], "rollback=all was narrowed to %q: %s", s.status.Rollback, s.status.Reason)
+	})
+}
+
+func TestARollbackWhoseMembersAreAllGoneEnds(t *testing.T) {
+	s := newSim(t, deploy("a"), deploy("b"))
+	s.decide(nil)
+	s.decide(failRollout("a", "a did not roll out"))
+	require.Equal(t, PhaseRollingBack, s.status.Phase)
+	s.snap.Workloads = s.snap.Workloads[1:] // a was deleted
+	d := s.decide(nil)
+	assert.Equal(t, PhaseRolledBack, d.Status.Phase)
+	assert.Zero(t, d.RequeueAfter, "nothing left to wait for")
+}
