@@ -179,7 +179,7 @@ func TestAStatusThatRegressedToAnEarlierWaveHasTheLaterWaveJudged(t *testing.T) 
 		s.now = s.now.Add(time.Minute)
 	}
 	require.Equal(t, 2, s.status.Wave)
-	w, ok := WaveToVerify(s.snap, s.status, s.cfg)
+	w, ok := waveToVerify(s.snap, s.status, s.cfg)
 	require.True(t, ok)
 	assert.Equal(t, []string{"b", "c"}, []string{w.Workloads[0].Name, w.Workloads[1].Name})
 	s.decide(s.gates())

@@ -70,7 +70,7 @@ func TestAWorkloadsReadinessTimeoutOverridesTheConfiguredOne(t *testing.T) {
 			s.cfg.Sizes = WaveSizes{CanarySize: 2}
 			s.cfg.ReadinessTimeout = tt.configured
 			s.decide(nil)
-			w, ok := WaveToVerify(s.snap, s.status, s.cfg)
+			w, ok := waveToVerify(s.snap, s.status, s.cfg)
 			require.True(t, ok)
 			require.Len(t, w.Workloads, 2)
 			assert.Equal(t, "a", w.Workloads[0].Name)

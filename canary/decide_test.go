@@ -133,7 +133,7 @@ func (s *sim) rollOut(rev string, names ...string) {
 // gates evaluates a stand-in chain: each wave member passes when its pods
 // run the expected revision, else it is pending.
 func (s *sim) gates() []Verdict {
-	w, ok := WaveToVerify(s.snap, s.status, s.cfg)
+	w, ok := waveToVerify(s.snap, s.status, s.cfg)
 	if !ok {
 		return nil
 	}

@@ -218,7 +218,7 @@ func (x *exploration) decide(c *cluster, i int, now time.Time, choose func(WaveU
 	before, _ := c.peer(ns)
 	reads := 0
 	snap := c.snapshot(ns, &reads)
-	wave, verifying := WaveToVerify(snap, written, x.cfg)
+	wave, verifying := waveToVerify(snap, written, x.cfg)
 	for _, choice := range choose(wave, verifying) {
 		reads = 0
 		in := Input{Snapshot: snap, Status: written, StatusErr: statusErr, Verdicts: choice.verdicts,

@@ -108,7 +108,7 @@ func FuzzDecide(f *testing.F) {
 		}
 		st, _, err := ParseStatus(map[string]string{AnnotationStatus: raw})
 		in := Input{Snapshot: snap, Status: st, StatusErr: err, Now: t0.Add(10 * time.Minute)}
-		if w, ok := WaveToVerify(snap, st, in.Config); ok {
+		if w, ok := waveToVerify(snap, st, in.Config); ok {
 			for range w.Workloads {
 				in.Verdicts = []Verdict{{Gate: "rollout", Result: ResultPass, Reason: "ok"}}
 			}

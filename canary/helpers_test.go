@@ -185,3 +185,9 @@ func encoded(t *testing.T, st *Status) string {
 	require.NoError(t, err)
 	return v
 }
+
+// waveToVerify is the wave the gates judge for st over snap, as a
+// reconcile reads it.
+func waveToVerify(snap Snapshot, st *Status, cfg Config) (WaveUnderTest, bool) {
+	return Read(snap, st, nil, cfg, t0).WaveToVerify()
+}

@@ -50,9 +50,9 @@ type HolderNamespace struct {
 	Name   string
 	Labels map[string]string
 	// Plan is set when the namespace opted in (meshwave.io/target-revision):
-	// its plan from PlanWaves. Status is its recorded status, if any.
-	Plan   *NamespacePlan
-	Status *Status
+	// its plan from PlanWaves, which carries the status the namespace's
+	// decision goes on from (Read).
+	Plan *NamespacePlan
 }
 
 // HoldersInput is every pod injected by Revision and what meshwave knows

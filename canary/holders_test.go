@@ -37,7 +37,7 @@ func holdersIn(rev string, s Snapshot, st *Status, extra ...HolderPod) Holders {
 		Revision: rev,
 		Pods:     append(holderPodsOf(rev, s.Workloads...), extra...),
 		Namespaces: map[string]HolderNamespace{
-			s.Namespace.Name: {Name: s.Namespace.Name, Labels: s.Namespace.Labels, Plan: &plans[0], Status: st},
+			s.Namespace.Name: {Name: s.Namespace.Name, Labels: s.Namespace.Labels, Plan: &plans[0]},
 		},
 		Mesh: s.Mesh,
 	})

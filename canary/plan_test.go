@@ -7,95 +7,100 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// planNamespaceCases are the planner's rules, each a case of
+// TestPlanNamespace with canary 1 and batches of 2.
+var planNamespaceCases = []planNamespaceCase{
+	{
+		name:  "deployments are ordered by wave annotation then name, the first wave is the canary, and waves never mix two values",
+		ws:    []Workload{deploy("e"), deploy("d", waveAnn("1")), deploy("c", waveAnn("1")), deploy("b", waveAnn("1")), deploy("a", waveAnn("0"))},
+		waves: [][]string{{"a"}, {"b", "c"}, {"d"}, {"e"}},
+	},
+	{
+		name:  "the canary takes only the first of several deployments sharing the lowest wave",
+		ws:    []Workload{deploy("x"), deploy("y"), deploy("z")},
+		waves: [][]string{{"x"}, {"y", "z"}},
+	},
+	{
+		name:     "after the first wave, waves are batch-sized",
+		ws:       []Workload{deploy("x"), deploy("y"), deploy("z")},
+		wavesRun: 1,
+		waves:    [][]string{{"x", "y"}, {"z"}},
+	},
+	{
+		name: "gateway deployments are never planned",
+		ws: []Workload{
+			deploy("app"),
+			deploy("ingress", label("operator.istio.io/component", "IngressGateways")),
+			deploy("asm", func(w *Workload) { w.TemplateAnnotations[AnnotationTemplates] = "asm-gateway" }),
+			deploy("egress", label("istio", "egressgateway")),
+			deploy("managed", label("gateway.istio.io/managed", "istio.io-gateway-controller")),
+		},
+		waves: [][]string{{"app"}},
+		excluded: []Exclusion{
+			{"asm", "gateway (inject.istio.io/templates=asm-gateway)"},
+			{"egress", "gateway (istio=egressgateway)"},
+			{"ingress", "gateway (operator.istio.io/component=IngressGateways)"},
+			{"managed", "gateway (gateway.istio.io/managed)"},
+		},
+	},
+	{
+		name:     "skipped, uninjected and already-moved deployments are left out with their reason",
+		ws:       []Workload{deploy("a"), deploy("b", ann(AnnotationSkip, "true")), deploy("c", notInjected()), deploy("d", onRevision("1-26"))},
+		waves:    [][]string{{"a"}},
+		excluded: []Exclusion{{"b", "meshwave.io/skip is true"}, {"c", "no injected pod"}, {"d", "already on 1-26"}},
+	},
+	{
+		name: "a deployment half on the target is still planned",
+		ws: []Workload{deploy("a", func(w *Workload) {
+			w.Pods[0].Revision = "1-26"
+		})},
+		waves: [][]string{{"a"}},
+	},
+	{
+		name: "within a wave value, Deployments go first, then StatefulSets, then DaemonSets; the wave annotation overrides",
+		ws: []Workload{
+			deploy("agent", kind(KindDaemonSet)), deploy("db", kind(KindStatefulSet)), deploy("zed"), deploy("api"),
+			deploy("cache", kind(KindStatefulSet), waveAnn("0")), deploy("web"),
+		},
+		wavesRun: 1,
+		waves:    [][]string{{"StatefulSet/cache"}, {"api", "web"}, {"zed", "StatefulSet/db"}, {"DaemonSet/agent"}},
+	},
+	{
+		name: "a StatefulSet with a partition is left out with the reason, naming its kind; OnDelete ones are planned",
+		ws: []Workload{
+			deploy("db", kind(KindStatefulSet), func(w *Workload) { w.Partition = 2 }),
+			deploy("ledger", kind(KindStatefulSet), func(w *Workload) { w.OnDelete = true }),
+			deploy("logs", kind(KindDaemonSet), func(w *Workload) { w.OnDelete = true }),
+			deploy("queue", kind(KindStatefulSet)),
+		},
+		wavesRun: 1,
+		waves:    [][]string{{"StatefulSet/ledger", "StatefulSet/queue"}, {"DaemonSet/logs"}},
+		excluded: []Exclusion{
+			{"StatefulSet/db", "statefulset partition 2 keeps the pods below ordinal 2 on their old template: a restart would not reach them"},
+		},
+	},
+	{
+		name: "terminating pods do not count",
+		ws: []Workload{deploy("a", func(w *Workload) {
+			w.Pods[0].Revision = "1-26"
+			w.Pods[1].Terminating = true
+		})},
+		excluded: []Exclusion{{"a", "already on 1-26"}},
+		waves:    [][]string{},
+	},
+}
+
+type planNamespaceCase struct {
+	name     string
+	ws       []Workload
+	wavesRun int
+	waves    [][]string
+	excluded []Exclusion
+}
+
 func TestPlanNamespace(t *testing.T) {
 	sizes := WaveSizes{CanarySize: 1, BatchSize: 2}
-	tests := []struct {
-		name     string
-		ws       []Workload
-		wavesRun int
-		waves    [][]string
-		excluded []Exclusion
-	}{
-		{
-			name:  "deployments are ordered by wave annotation then name, the first wave is the canary, and waves never mix two values",
-			ws:    []Workload{deploy("e"), deploy("d", waveAnn("1")), deploy("c", waveAnn("1")), deploy("b", waveAnn("1")), deploy("a", waveAnn("0"))},
-			waves: [][]string{{"a"}, {"b", "c"}, {"d"}, {"e"}},
-		},
-		{
-			name:  "the canary takes only the first of several deployments sharing the lowest wave",
-			ws:    []Workload{deploy("x"), deploy("y"), deploy("z")},
-			waves: [][]string{{"x"}, {"y", "z"}},
-		},
-		{
-			name:     "after the first wave, waves are batch-sized",
-			ws:       []Workload{deploy("x"), deploy("y"), deploy("z")},
-			wavesRun: 1,
-			waves:    [][]string{{"x", "y"}, {"z"}},
-		},
-		{
-			name: "gateway deployments are never planned",
-			ws: []Workload{
-				deploy("app"),
-				deploy("ingress", label("operator.istio.io/component", "IngressGateways")),
-				deploy("asm", func(w *Workload) { w.TemplateAnnotations[AnnotationTemplates] = "asm-gateway" }),
-				deploy("egress", label("istio", "egressgateway")),
-				deploy("managed", label("gateway.istio.io/managed", "istio.io-gateway-controller")),
-			},
-			waves: [][]string{{"app"}},
-			excluded: []Exclusion{
-				{"asm", "gateway (inject.istio.io/templates=asm-gateway)"},
-				{"egress", "gateway (istio=egressgateway)"},
-				{"ingress", "gateway (operator.istio.io/component=IngressGateways)"},
-				{"managed", "gateway (gateway.istio.io/managed)"},
-			},
-		},
-		{
-			name:     "skipped, uninjected and already-moved deployments are left out with their reason",
-			ws:       []Workload{deploy("a"), deploy("b", ann(AnnotationSkip, "true")), deploy("c", notInjected()), deploy("d", onRevision("1-26"))},
-			waves:    [][]string{{"a"}},
-			excluded: []Exclusion{{"b", "meshwave.io/skip is true"}, {"c", "no injected pod"}, {"d", "already on 1-26"}},
-		},
-		{
-			name: "a deployment half on the target is still planned",
-			ws: []Workload{deploy("a", func(w *Workload) {
-				w.Pods[0].Revision = "1-26"
-			})},
-			waves: [][]string{{"a"}},
-		},
-		{
-			name: "within a wave value, Deployments go first, then StatefulSets, then DaemonSets; the wave annotation overrides",
-			ws: []Workload{
-				deploy("agent", kind(KindDaemonSet)), deploy("db", kind(KindStatefulSet)), deploy("zed"), deploy("api"),
-				deploy("cache", kind(KindStatefulSet), waveAnn("0")), deploy("web"),
-			},
-			wavesRun: 1,
-			waves:    [][]string{{"StatefulSet/cache"}, {"api", "web"}, {"zed", "StatefulSet/db"}, {"DaemonSet/agent"}},
-		},
-		{
-			name: "a StatefulSet with a partition is left out with the reason, naming its kind; OnDelete ones are planned",
-			ws: []Workload{
-				deploy("db", kind(KindStatefulSet), func(w *Workload) { w.Partition = 2 }),
-				deploy("ledger", kind(KindStatefulSet), func(w *Workload) { w.OnDelete = true }),
-				deploy("logs", kind(KindDaemonSet), func(w *Workload) { w.OnDelete = true }),
-				deploy("queue", kind(KindStatefulSet)),
-			},
-			wavesRun: 1,
-			waves:    [][]string{{"StatefulSet/ledger", "StatefulSet/queue"}, {"DaemonSet/logs"}},
-			excluded: []Exclusion{
-				{"StatefulSet/db", "statefulset partition 2 keeps the pods below ordinal 2 on their old template: a restart would not reach them"},
-			},
-		},
-		{
-			name: "terminating pods do not count",
-			ws: []Workload{deploy("a", func(w *Workload) {
-				w.Pods[0].Revision = "1-26"
-				w.Pods[1].Terminating = true
-			})},
-			excluded: []Exclusion{{"a", "already on 1-26"}},
-			waves:    [][]string{},
-		},
-	}
-	for _, tt := range tests {
+	for _, tt := range planNamespaceCases {
 		t.Run(tt.name, func(t *testing.T) {
 			p := PlanNamespace("shop", tt.ws, "1-26", "", tt.wavesRun, sizes)
 			assert.Equal(t, tt.waves, waveNames(p))

@@ -24,7 +24,7 @@ func TestAFailedWaveRollsBackByDefault(t *testing.T) {
 	assert.Contains(t, string(d.Moves[0].Patch), `"kubectl.kubernetes.io/restartedAt":"2026-11-29T12:00:01Z"`)
 	assert.Equal(t, "wave 1 failed: error-rate fail: a: 5xx ratio 0.3 > threshold 0.05", d.Status.Reason)
 
-	w, ok := WaveToVerify(s.snap, s.status, s.cfg)
+	w, ok := waveToVerify(s.snap, s.status, s.cfg)
 	require.True(t, ok)
 	assert.Equal(t, "1-25", w.Expect)
 	assert.True(t, w.Rollback)
@@ -142,4 +142,33 @@ func TestALostFailedOutcomeIsNotForgottenByTheContinueLimit(t *testing.T) {
 	d = s.decide(failRollout("b", "b did not roll out"))
 	assert.Equal(t, PhasePaused, s.status.Phase,
 		"a and b failed (40%% > 25%%), yet meshwave goes on: pastFailed fell from 1 to %d once a's outcome patch was lost; counts %+v", pastFailed, s.status.Counts)
+}
+
+func TestAFailureToleratedOnRecordIsNeverRestartedByAStaleStatus(t *testing.T) {
+	s := newSim(t, deploy("a"), deploy("b"), deploy("c"))
+	s.cfg.Sizes = WaveSizes{CanarySize: 1, BatchSize: 2}
+	s.cfg.FailurePolicy, s.cfg.MaxFailedPercent = PolicyContinue, 50
+	s.decide(nil)
+	s.rollOut("1-26", "a")
+	s.decide(s.gates())
+	s.now = s.now.Add(time.Minute)
+	s.decide(nil)
+	stale := s.status.DeepCopy() // wave 2, b and c moving
+	s.rollOut("1-26", "b", "c")
+	failB := Verdict{Gate: "rollout", Result: ResultFail, Reason: "b crashing", Failed: []WorkloadState{{Name: "b", State: StateFailed, Reason: "b crashing"}}}
+	s.decide([]Verdict{failB}) // tolerated: b's record says so
+	rec, ok := ReadMoveRecord(s.snap.Workloads[1].Annotations)
+	require.True(t, ok)
+	require.Equal(t, OutcomeFailed, rec.Outcome)
+
+	s.status = stale // a stale copy put back
+	s.now = s.now.Add(time.Minute)
+	d := s.decide(nil)
+	assert.Empty(t, d.Moves, "b is not restarted again")
+	require.NotNil(t, d.Status)
+	assert.Equal(t, []WorkloadState{
+		{Name: "b", State: StateFailed, Reason: "failed wave 2 and stays where it is, as its meshwave.io/move record says"},
+		{Name: "c", State: StateMoving},
+	}, d.Status.Workloads)
+	assert.Equal(t, map[string]int{"a": 1, "b": 1, "c": 1}, s.patches)
 }

@@ -32,15 +32,6 @@ type WaveWorkload struct {
 	Timeout time.Duration
 }
 
-// WaveToVerify returns the wave whose gates should be evaluated now, if
-// any: a wave being verified or rolled back whose every member has been
-// patched. While patches are outstanding, it returns false. It reads the
-// namespace first (Read); a caller that has read it uses
-// Reading.WaveToVerify.
-func WaveToVerify(snap Snapshot, st *Status, cfg Config) (WaveUnderTest, bool) {
-	return Read(snap, st, nil, cfg, time.Time{}).WaveToVerify()
-}
-
 // WaveToVerify returns the wave of the status the decision goes on from
 // whose gates should be evaluated now, if any: a wave being verified or
 // rolled back whose every member has been patched. None while patches are

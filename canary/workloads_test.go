@@ -85,8 +85,8 @@ func TestDecisionsAreTheSameFromKeptFacts(t *testing.T) {
 	} {
 		in := Input{Snapshot: s, Status: st, Verdicts: verdicts, Now: t0.Add(time.Minute), Config: cfg}
 		decideBothWays(t, in)
-		w, ok := WaveToVerify(s, st, cfg)
-		kw, kok := WaveToVerify(withFacts(in).Snapshot, st, cfg)
+		w, ok := waveToVerify(s, st, cfg)
+		kw, kok := waveToVerify(withFacts(in).Snapshot, st, cfg)
 		require.Equal(t, ok, kok)
 		require.Equal(t, len(w.Workloads), len(kw.Workloads))
 	}
