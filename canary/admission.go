@@ -36,23 +36,31 @@ func Admit(self Peer, peers []Peer, concurrency int) (bool, string) {
 
 // PeerOf reads another namespace's place in the queue from its
 // annotations, as its own decision reads it (Read): ok is false when it
-// has not opted in. It holds a slot when the status its decision goes on
-// from holds one: the status it has, one rebuilt from its workloads' move
-// records (a status lost, stale, or contradicted by them: adoption never
-// asks Admit), or one being rolled back before a new target. A status
-// that cannot be read holds its slot until the namespace's own decision
-// has rebuilt it, and so does a namespace whose workloads cannot be read:
-// the careful answers.
+// has not opted in (and holds no slot). It holds a slot when the status
+// its decision goes on from holds one: the status it has, one rebuilt from
+// its workloads' move records (a status lost, stale, or contradicted by
+// them: adoption never asks Admit), or one being rolled back before a new
+// target; and, until its own decision writes another status, whenever the
+// status written holds one. A status that cannot be read holds its slot
+// until the namespace's own decision has rebuilt it, and so does a
+// namespace whose workloads cannot be read: the careful answers.
 //
 // resolve resolves its target as its decision would (nil reads the
 // status's own revision). workloads returns the namespace's workloads
 // (their names, Paused, and annotations or Facts are read); it is called
 // only when the annotations do not settle the answer.
 func PeerOf(name string, annotations map[string]string, resolve func(string) (string, bool), workloads func() ([]Workload, error)) (Peer, bool) {
+	st, _, err := ParseStatus(annotations)
 	if _, ok := annotations[AnnotationTargetRevision]; !ok {
+		// Opted out: its decision stops the migration (Stopped holds no
+		// slot); until then a status that holds one still does, or its
+		// target put back before that decision would go on beside another.
+		if err == nil && st.HoldsSlot() {
+			settings, _ := ParseNamespace(name, annotations)
+			return Peer{Name: name, Priority: settings.Priority, Phase: st.Phase, HoldsSlot: true}, true
+		}
 		return Peer{}, false
 	}
-	st, _, err := ParseStatus(annotations)
 	r := readPeer(Namespace{Name: name, Annotations: annotations}, st, err, resolve, workloads)
 	p := Peer{Name: name, Priority: r.Settings.Priority, Phase: r.Status.Phase, HoldsSlot: r.Status.HoldsSlot()}
 	if r.Adopted() && r.Recorded != nil {
@@ -60,7 +68,15 @@ func PeerOf(name string, annotations map[string]string, resolve func(string) (st
 		// status rebuilt from the records.
 		p.Phase = r.Recorded.Phase
 	}
-	if r.StatusErr != nil && r.Recorded == nil || r.recordsErr != nil {
+	switch {
+	case r.StatusErr != nil && r.Recorded == nil, r.recordsErr != nil:
+		// The careful answers: it may be half-way.
+		p.HoldsSlot = true
+	case st.HoldsSlot():
+		// A status written as holding a slot holds it until the
+		// namespace's own decision writes another: a new target (or
+		// repointed tag) that starts over is admitted then, and one set
+		// back before that decision continues the migration admitted.
 		p.HoldsSlot = true
 	}
 	return p, true

@@ -409,3 +409,44 @@ func TestATagRepointedOverAnEndedNamespaceStartsNoMigrationBesideAnother(t *test
 	}
 	assert.Empty(t, moved, "restarted while blog holds the only slot")
 }
+
+// A peer's status written as holding a slot holds it until the namespace's
+// own decision writes another: an opt-out or a new target undone before
+// that decision would otherwise let another namespace start beside the
+// migration it then continues.
+func TestAPeerHoldsItsSlotUntilItsOwnDecisionReleasesIt(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		edit     func(s *sim)
+		released Phase
+	}{
+		{"opted out", func(s *sim) { delete(s.snap.Namespace.Annotations, AnnotationTargetRevision) }, PhaseStopped},
+		{"a new target", func(s *sim) { s.snap.Namespace.Annotations[AnnotationTargetRevision] = "1-27" }, PhasePending},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			blog := newSim(t, deploy("p"), deploy("q"))
+			blog.snap.Namespace.Name = "blog"
+			blog.snap.Mesh.Revisions["1-27"] = Revision{Name: "1-27", Istiods: 1, ReadyIstiods: 1}
+			blog.decide(nil)
+			require.True(t, blog.status.HoldsSlot())
+			c.edit(blog)
+			p := simPeer(blog)
+			assert.True(t, p.HoldsSlot, "held until blog's own decision")
+			ok, why := Admit(Peer{Name: "shop", Priority: 100}, []Peer{p}, 1)
+			assert.False(t, ok)
+			assert.Equal(t, "waiting for a free slot: 1 of 1 in use by blog", why)
+
+			blog.snap.Peers = []Peer{{Name: "media", Priority: 100, Phase: PhaseMigrating, HoldsSlot: true}}
+			blog.decide(nil)
+			require.Equal(t, c.released, blog.status.Phase)
+			raw, err := blog.status.Encode()
+			require.NoError(t, err)
+			annotations := map[string]string{AnnotationStatus: raw}
+			for k, v := range blog.snap.Namespace.Annotations {
+				annotations[k] = v
+			}
+			p, _ = PeerOf("blog", annotations, blog.snap.Mesh.Resolve, func() ([]Workload, error) { return blog.snap.Workloads, nil })
+			assert.False(t, p.HoldsSlot, "released once its decision wrote the %s status", c.released)
+		})
+	}
+}
