@@ -85,15 +85,18 @@ func rollbackRestarts(m *machine, members []parsedWorkload) (issued bool, refuse
 		if len(st.Workloads) < maxListed {
 			st.Workloads = append(st.Workloads, WorkloadState{Name: w.Name, State: StateRolledBack, Reason: progress[w.Name]})
 		}
-		fwd := w.forwardIn(st.MigrationID())
-		if fwd == nil {
+		if !returning(w, st) {
 			continue // already rolled back
+		}
+		wave := st.Wave // of a move no record explains
+		if fwd := w.forwardIn(st.MigrationID()); fwd != nil {
+			wave = fwd.Wave
 		}
 		if answer, ok := m.in.Refused[w.Name]; ok {
 			refused = append(refused, fmt.Sprintf("the apiserver refused to restart %s: %s", w.Name, answer))
 			continue
 		}
-		rec := MoveRecord{Revision: st.SourceRevision, From: st.TargetRevision, SourceLabel: st.sourceLabelOnRecord(), Wave: fwd.Wave, At: m.now, Rollback: true, Migration: st.MigrationID()}
+		rec := MoveRecord{Revision: st.SourceRevision, From: st.TargetRevision, SourceLabel: st.sourceLabelOnRecord(), Wave: wave, At: m.now, Rollback: true, Migration: st.MigrationID()}
 		if st.Rollback == RollbackAll {
 			rec.Scope = RollbackAll
 		}
@@ -182,38 +185,60 @@ func anyMoved(m *machine) bool {
 // maxListed bounds the workload list of a rollback of everything.
 const maxListed = 20
 
-// RollbackMembers lists the workloads a rollback in progress returns, in
-// name order. A workload that carries meshwave.io/skip, or is paused, is
-// left where it is: meshwave never touches the one, and the other would
-// not roll.
-func RollbackMembers(snap Snapshot, st *Status) []Workload {
-	set, _ := parseWorkloads(snap.Workloads)
-	var out []Workload
-	for _, w := range rollbackMembers(set, st) {
-		out = append(out, *w.Workload)
-	}
-	return out
-}
-
 // rollbackMembers are the workloads a rollback returns: with scope wave,
 // those moved in the current wave (and any moves recorded in later waves:
 // none of them was judged); with scope all, every workload this migration
 // moved. Both come from the workloads' records, so the list needs no room
-// in the status.
+// in the status, and from the restarts no record explains (strayMove). A
+// workload that carries meshwave.io/skip, or is paused, is left where it
+// is: meshwave never touches the one, and the other would not roll.
 func rollbackMembers(set workloadSet, st *Status) []parsedWorkload {
 	var out []parsedWorkload
 	id := st.MigrationID()
 	for _, w := range set {
-		r := w.record
-		if r == nil || r.Migration != id || id == "" {
-			continue
-		}
 		if w.settings.Skip || w.Paused {
 			continue
 		}
-		if st.Rollback == RollbackAll || r.Wave >= st.Wave {
+		if r := w.record; r != nil && r.Migration == id && id != "" {
+			if st.Rollback == RollbackAll || r.Wave >= st.Wave {
+				out = append(out, w)
+			}
+			continue
+		}
+		if strayMove(w, st) {
 			out = append(out, w)
 		}
 	}
 	return out
+}
+
+// strayMove reports whether w, which carries no record of st's migration,
+// was restarted onto its target all the same: its record was removed (or
+// its move undone whole by a GitOps owner), but its template, or a
+// rollout of it, carries a restart stamp from the rollback's scope (since
+// the wave started; since the migration did, for a rollback of all) that
+// no record of its own explains, and a pod of it runs the target. A
+// rollback must return it too, or it ends with the workload on the target.
+func strayMove(w parsedWorkload, st *Status) bool {
+	since := st.WaveStartedAt
+	if st.Rollback == RollbackAll || since == nil {
+		since = st.StartedAt
+	}
+	if since == nil || st.MigrationID() == "" {
+		return false
+	}
+	onTarget := false
+	for _, p := range w.Pods {
+		onTarget = onTarget || !p.Terminating && p.Revision == st.TargetRevision
+	}
+	if !onTarget {
+		return false
+	}
+	return restartedSince(*w.Workload, since) && !explainsTemplateStamp(*w.Workload) || memberReverted(*w.Workload, since)
+}
+
+// returning reports whether w, a member of the rollback, has still to go
+// back: its move is on record, or a restart no record explains shows it.
+func returning(w parsedWorkload, st *Status) bool {
+	return w.forwardIn(st.MigrationID()) != nil || w.rolledBackIn(st.MigrationID()) == nil && strayMove(w, st)
 }

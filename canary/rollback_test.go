@@ -1,6 +1,7 @@
 package canary
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -137,4 +138,69 @@ func TestARollbackWhoseMembersAreAllGoneEnds(t *testing.T) {
 	d := s.decide(nil)
 	assert.Equal(t, PhaseRolledBack, d.Status.Phase)
 	assert.Zero(t, d.RequeueAfter, "nothing left to wait for")
+}
+
+// A rollback returns a workload its migration moved whose record is gone
+// (removed by hand, or the workload put back whole from git): its
+// template's restart stamp, or its rollout's, and its pods on the target
+// show the move no record explains.
+func TestARollbackReturnsAMovedWorkloadWhoseRecordIsGone(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		scope RollbackScope
+		undo  func(w *Workload)
+	}{
+		{"record removed, rollback of the wave", RollbackWave, func(w *Workload) { delete(w.Annotations, AnnotationMove) }},
+		{"record removed, rollback of all", RollbackAll, func(w *Workload) { delete(w.Annotations, AnnotationMove) }},
+		{"put back whole from git, rollback of all", RollbackAll, func(w *Workload) {
+			stamp, err := time.Parse(time.RFC3339, w.TemplateAnnotations[AnnotationRestartedAt])
+			if err != nil {
+				panic(err)
+			}
+			w.RolledOutRestart = stamp // its ReplicaSet keeps the stamp
+			delete(w.Annotations, AnnotationMove)
+			delete(w.TemplateAnnotations, AnnotationRestartedAt)
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := newSim(t, deploy("a"), deploy("b"))
+			s.decide(nil)
+			s.rollOut("1-26", "a")
+			s.decide(s.gates())
+			require.Equal(t, WavePassed, s.status.WaveState)
+			c.undo(&s.snap.Workloads[0])
+			s.snap.Namespace.Annotations[AnnotationRollback] = string(c.scope)
+			d := s.decide(nil)
+			require.NotNil(t, d.Status)
+			assert.Equal(t, PhaseRollingBack, d.Status.Phase)
+			require.Len(t, d.Moves, 1, "a goes back though no record shows its move")
+			assert.Equal(t, "a", d.Moves[0].Workload)
+			rec := d.Moves[0].Record
+			assert.Equal(t, MoveRecord{Revision: "1-25", From: "1-26", Wave: 1, At: s.now, Rollback: true, Scope: rec.Scope, Migration: s.status.MigrationID(), Stamp: rec.Stamp}, rec)
+			assert.Equal(t, 1, d.Status.Counts.Moving, "on its way back")
+
+			s.rollOut("1-25", "a")
+			s.now = s.now.Add(time.Minute)
+			d = s.decide(s.gates())
+			require.NotNil(t, d.Status)
+			assert.Equal(t, PhaseRolledBack, d.Status.Phase)
+			assert.True(t, strings.HasPrefix(d.Status.Reason, "rolled back 1 workloads to 1-25"), d.Status.Reason)
+			assert.Equal(t, map[string]int{"a": 2}, s.patches)
+		})
+	}
+}
+
+func TestARollbackLeavesAWorkloadBackOnTheSourceWhoseRecordIsGone(t *testing.T) {
+	s := newSim(t, deploy("a"), deploy("b"))
+	s.decide(nil)
+	s.rollOut("1-26", "a")
+	s.decide(s.gates())
+	s.snap.Namespace.Annotations[AnnotationRollback] = "all"
+	s.decide(nil)
+	s.rollOut("1-25", "a")
+	delete(s.snap.Workloads[0].Annotations, AnnotationMove) // its rollback's record
+	s.now = s.now.Add(time.Minute)
+	d := s.decide(s.gates())
+	assert.Empty(t, d.Moves, "a runs the source: it is not restarted again")
+	assert.Equal(t, map[string]int{"a": 2}, s.patches)
 }

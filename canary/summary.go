@@ -138,16 +138,16 @@ func countMembersByState(st *Status, t *tally) map[string]bool {
 // paused in) still has to return, and returns them.
 func countReturning(m *machine, t *tally) map[string]bool {
 	st := m.st
-	returning := map[string]bool{}
+	back := map[string]bool{}
 	if st.Phase == PhaseRollingBack || (st.Phase == PhasePaused && st.WaveState == WaveRollingBack) {
 		for _, w := range rollbackMembers(m.workloads(), st) {
-			if w.forwardIn(st.MigrationID()) != nil {
-				returning[w.Name] = true
+			if returning(w, st) {
+				back[w.Name] = true
 				t.add(w.Name, movingCount) // on its way back
 			}
 		}
 	}
-	return returning
+	return back
 }
 
 // totals adds up the counts; the kinds are kept only when the namespace
