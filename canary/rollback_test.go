@@ -204,3 +204,47 @@ func TestARollbackLeavesAWorkloadBackOnTheSourceWhoseRecordIsGone(t *testing.T) 
 	assert.Empty(t, d.Moves, "a runs the source: it is not restarted again")
 	assert.Equal(t, map[string]int{"a": 2}, s.patches)
 }
+
+// A rollback asked in the same edit that puts back an old status of
+// another migration is not dropped: the migration on record that the
+// namespace continues takes it.
+func TestARollbackAskedWithAStaleStatusPutBackIsTakenByTheMigrationOnRecord(t *testing.T) {
+	s := newSim(t, deploy("a"), deploy("b"), deploy("c"), deploy("d"))
+	s.snap.Mesh.Revisions["1-27"] = Revision{Name: "1-27", Istiods: 1, ReadyIstiods: 1}
+	s.snap.Namespace.Annotations[AnnotationTargetRevision] = "1-27"
+	s.cfg.Sizes = WaveSizes{CanarySize: 1, BatchSize: 2}
+	s.decide(nil)
+	s.rollOut("1-27", "a")
+	s.decide(s.gates())
+	s.now = s.now.Add(time.Minute)
+	s.decide(nil)
+	s.rollOut("1-27", "b", "c")
+	s.decide(s.gates())
+	require.Equal(t, 2, s.status.Wave)
+	require.Equal(t, WavePassed, s.status.WaveState)
+
+	old := t0.Add(-time.Hour)
+	s.status = &Status{Phase: PhaseStopped, Target: "1-26", TargetRevision: "1-26", SourceLabel: "1-25", SourceRevision: "1-25",
+		Wave: 1, TotalWaves: 1, StartedAt: &old, Reason: "meshwave.io/target-revision was removed: the migration stopped at wave 1 of 2 and nothing was undone"}
+	s.snap.Namespace.Annotations[AnnotationRollback] = "all"
+	s.now = s.now.Add(time.Minute)
+	d := s.decide(nil)
+	assert.NotContains(t, s.reasons(), "RollbackIgnored")
+	assert.False(t, d.ClearRollback, "the request waits for the migration it is about")
+	require.NotNil(t, d.Status)
+	assert.Equal(t, "1-27", d.Status.Target)
+	assert.Equal(t, 2, d.Status.Wave)
+
+	d = s.decide(nil)
+	require.NotNil(t, d.Status)
+	assert.Equal(t, PhaseRollingBack, d.Status.Phase)
+	assert.Equal(t, RollbackAll, d.Status.Rollback)
+	assert.True(t, d.ClearRollback)
+	assert.ElementsMatch(t, []string{"a", "b", "c"}, func() []string {
+		var out []string
+		for _, mv := range d.Moves {
+			out = append(out, mv.Workload)
+		}
+		return out
+	}())
+}

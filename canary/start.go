@@ -12,7 +12,9 @@ import (
 // one.
 func pending(m *machine) step {
 	st := m.st
-	if m.settings.Rollback != RollbackNone {
+	if m.settings.Rollback != RollbackNone && m.r.Continuation == nil {
+		// A migration on record this one continues takes the request
+		// once it is continued.
 		m.out.ClearRollback = true
 		why := "nothing to roll back: no wave has started"
 		if prev := m.r.Recorded; prev != nil && prev.Target != st.Target && terminal(prev.Phase) && prev.Wave > 0 {
