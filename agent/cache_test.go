@@ -198,14 +198,14 @@ func TestTheTransformKeepsAKeptObject(t *testing.T) {
 	}
 }
 
-// A ReplicaSet keeps its controller, revision and restart stamp, and an
-// istiod pod its images.
+// A ReplicaSet keeps its UID, controller, revision and restart stamp, and
+// an istiod pod its images.
 func TestTheTransformKeepsWhatTheOwnTypesHold(t *testing.T) {
 	rs := replicaSetOf(appliedDeployment("shop", "cart", 1), templateHash, 4)
 	rs.OwnerReferences = append([]metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "not-the-controller"}}, rs.OwnerReferences...)
 	rs.Spec.Template.Annotations = map[string]string{canary.AnnotationRestartedAt: "2025-03-01T12:00:00Z", "sidecar.istio.io/proxyCPU": "100m"}
 	kept := slimReplicaSet(rs)
-	assert.Equal(t, &CachedReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "cart-" + templateHash, Namespace: "shop", ResourceVersion: "40004",
+	assert.Equal(t, &CachedReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "cart-" + templateHash, Namespace: "shop", UID: rs.UID, ResourceVersion: "40004",
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "cart", UID: rs.OwnerReferences[1].UID, Controller: ptr.To(true)}}},
 		Revision: "4", RestartedAt: "2025-03-01T12:00:00Z"}, kept)
 	assert.Equal(t, "cart", metav1.GetControllerOf(kept).Name)
