@@ -75,7 +75,7 @@ func cachesOf(t testing.TB, tf cache.TransformFunc, objs ...runtime.Object) *Cac
 		ReplicaSets:  NewReplicaSetLister(byKind["replicasets"]),
 		StatefulSets: appslisters.NewStatefulSetLister(byKind["statefulsets"]),
 		DaemonSets:   appslisters.NewDaemonSetLister(byKind["daemonsets"]),
-		Revisions:    appslisters.NewControllerRevisionLister(byKind["revisions"]),
+		Revisions:    NewRevisionLister(byKind["revisions"]),
 		Pods:         NewPodLister(byKind["pods"]),
 		PDBs:         policylisters.NewPodDisruptionBudgetLister(byKind["pdbs"]),
 		Webhooks:     admissionreglisters.NewMutatingWebhookConfigurationLister(byKind["webhooks"]),
@@ -151,15 +151,18 @@ func TestTheCachesKeepWhatMeshwaveReads(t *testing.T) {
 	objs := clusterAsServed()
 	keep := map[string]bool{canary.AnnotationSidecar: true, "sidecar.istio.io/proxyCPU": true}
 	slim := cachesOf(t, transform(keep), objs...)
-	// Pods and ReplicaSets, which the caches hold in types of their own,
-	// are kept alike on both sides: TestTheTransformKeepsWhatTheOwnTypesHold
-	// and the gather tests check what is kept of them.
+	// Pods, ReplicaSets and ControllerRevisions, which the caches hold in
+	// types of their own, are kept alike on both sides:
+	// TestTheTransformKeepsWhatTheOwnTypesHold and the gather tests check
+	// what is kept of them.
 	whole := cachesOf(t, func(obj any) (any, error) {
 		switch o := obj.(type) {
 		case *corev1.Pod:
 			return slimPod(o, keep), nil
 		case *appsv1.ReplicaSet:
 			return slimReplicaSet(o), nil
+		case *appsv1.ControllerRevision:
+			return slimRevision(o), nil
 		}
 		m := obj.(metav1.Object)
 		m.SetAnnotations(withoutLastApplied(m.GetAnnotations()))

@@ -68,6 +68,10 @@ func (c *Caches) workloads(ns string) ([]canary.Workload, error) {
 	if err != nil {
 		return nil, err
 	}
+	revs, err := c.Revisions.In(ns).List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
 	// A pod belongs to the Deployment that controls its ReplicaSet, and is
 	// current when that ReplicaSet carries the Deployment's revision; it
 	// belongs to a StatefulSet or DaemonSet that controls it directly.
@@ -83,12 +87,24 @@ func (c *Caches) workloads(ns string) ([]canary.Workload, error) {
 	}
 	replicaSets := map[ownerKey]rsInfo{}
 	// rolledOut is the newest restart stamp among the templates each
-	// Deployment rolled out in its ReplicaSets.
+	// workload's controller rolled out: its ReplicaSets' or its
+	// ControllerRevisions'.
 	rolledOut := map[ownerKey]time.Time{}
 	for _, rs := range rss {
 		if owner, ok := controllerKey(rs); ok && owner.kind == canary.OwnerDeployment {
 			replicaSets[keyOf(canary.OwnerReplicaSet, rs)] = rsInfo{deployment: owner, revision: rs.Revision}
 			noteRestart(rolledOut, owner, rs.RestartedAt)
+		}
+	}
+	newestRevision := map[ownerKey]*CachedControllerRevision{}
+	for _, r := range revs {
+		owner, ok := controllerKey(r)
+		if !ok || owner.kind != canary.OwnerStatefulSet && owner.kind != canary.OwnerDaemonSet {
+			continue
+		}
+		noteRestart(rolledOut, owner, r.RestartedAt)
+		if n := newestRevision[owner]; n == nil || r.Revision > n.Revision {
+			newestRevision[owner] = r
 		}
 	}
 	podsOf := map[ownerKey][]*CachedPod{}
@@ -134,19 +150,21 @@ func (c *Caches) workloads(ns string) ([]canary.Workload, error) {
 			w.Pods = append(w.Pods, pod)
 		}
 		w.HasPDB = coveredByPDB(s.Spec.Template.Labels, pdbs)
+		w.RolledOutRestart = rolledOut[key]
 		out = append(out, w)
 	}
 	for _, d := range dss {
 		w := daemonSetWorkload(d)
 		w.Facts = c.facts.daemonSets.get(d, &w)
 		key := keyOf(canary.OwnerDaemonSet, d)
-		hash := c.currentDaemonSetHash(d)
+		hash := daemonSetHash(newestRevision[key])
 		for _, p := range podsOf[key] {
 			pod := podOf(p)
 			pod.Current = daemonPodCurrent(p, d, hash)
 			w.Pods = append(w.Pods, pod)
 		}
 		w.HasPDB = coveredByPDB(d.Spec.Template.Labels, pdbs)
+		w.RolledOutRestart = rolledOut[key]
 		out = append(out, w)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
@@ -281,27 +299,14 @@ func noteRestart(newest map[ownerKey]time.Time, owner ownerKey, stamp string) {
 	}
 }
 
-// currentDaemonSetHash is the controller-revision-hash of the newest
-// ControllerRevision a DaemonSet owns: the template its controller rolls
-// out. "" when none is cached yet.
-func (c *Caches) currentDaemonSetHash(d *appsv1.DaemonSet) string {
-	revs, err := c.Revisions.ControllerRevisions(d.Namespace).List(labels.Everything())
-	if err != nil {
-		return ""
-	}
-	var newest *appsv1.ControllerRevision
-	for _, r := range revs {
-		if owner := metav1.GetControllerOf(r); owner == nil || owner.UID != d.UID {
-			continue
-		}
-		if newest == nil || r.Revision > newest.Revision {
-			newest = r
-		}
-	}
+// daemonSetHash is the controller-revision-hash of a DaemonSet's newest
+// ControllerRevision: the template its controller rolls out. "" when none
+// is cached yet.
+func daemonSetHash(newest *CachedControllerRevision) string {
 	if newest == nil {
 		return ""
 	}
-	return newest.Labels[appsv1.DefaultDaemonSetUniqueLabelKey]
+	return newest.Hash
 }
 
 // daemonPodCurrent applies the DaemonSet controller's own test of an

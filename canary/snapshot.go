@@ -78,10 +78,11 @@ type Workload struct {
 	// HasPDB is true when a PodDisruptionBudget selects its pods.
 	HasPDB bool
 	// RolledOutRestart is the newest kubectl.kubernetes.io/restartedAt
-	// among the templates its controller rolled out (a Deployment's
-	// ReplicaSets); zero when none carries one, and for the other kinds,
-	// whose ControllerRevisions are cached without their templates. It
-	// shows a restart whose stamp was taken out of the template since.
+	// among the templates its controller rolled out: a Deployment's
+	// ReplicaSets', a StatefulSet's or DaemonSet's ControllerRevisions'
+	// (each matched to it by its controller reference's UID); zero when
+	// none carries one. It shows a restart whose stamp was taken out of
+	// the template since.
 	RolledOutRestart time.Time
 	// Facts, when set, are ReadFacts of this workload, read earlier from
 	// the very same labels and annotations and kept: a decision takes them
