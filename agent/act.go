@@ -55,7 +55,13 @@ func (c *Controller) act(ctx context.Context, ns *corev1.Namespace, prev *canary
 	failed, refused, err := c.applyMoves(spanCtx, ns.Name, d.Moves)
 	var events []canary.Event
 	if err == nil {
-		events = c.applyEvictions(spanCtx, ns.Name, d.Evictions)
+		// The evictions belong to the status the decision leaves: the one
+		// it wrote, or the one it kept.
+		stage := evictionStage(prev)
+		if d.Status != nil {
+			stage = evictionStage(d.Status)
+		}
+		events = c.applyEvictions(spanCtx, ns.Name, stage, d.Evictions)
 	}
 	for _, e := range d.Events {
 		if (e.Reason == "Restarted" || e.Reason == "MoveRecordRestored") && failed[e.Workload] {
@@ -231,9 +237,11 @@ func (c *Controller) patchWorkload(ctx context.Context, ns, id string, patch []b
 // through the Eviction API so that PodDisruptionBudgets are honoured, each
 // bound to the pod's UID so that a pod its controller already recreated
 // under the same name is never evicted by mistake. A budget that allows
-// no disruption now answers 429: the pod is evicted on a later reconcile.
-// It returns the Events to record.
-func (c *Controller) applyEvictions(ctx context.Context, ns string, evictions []canary.Eviction) []canary.Event {
+// no disruption now answers 429: the pod is evicted on a later reconcile,
+// and the refusal is remembered for the rollout gate's reason, in stage
+// (evictionStage), until an eviction of the workload succeeds. It returns
+// the Events to record.
+func (c *Controller) applyEvictions(ctx context.Context, ns, stage string, evictions []canary.Eviction) []canary.Event {
 	logger := klog.FromContext(ctx)
 	var events []canary.Event
 	for _, e := range evictions {
@@ -248,13 +256,19 @@ func (c *Controller) applyEvictions(ctx context.Context, ns string, evictions []
 		switch {
 		case err == nil:
 			c.expect.expectEviction(ns, e.Pod, e.UID, c.clock.Now())
+			c.refusedEvictions.evicted(ns, e.Workload)
 			c.metrics.evicted(ns)
 			logger.Info("Evicted pod", "workload", e.Workload, "pod", e.Pod)
 			events = append(events, canary.Event{Workload: e.Workload, Type: canary.EventNormal, Reason: "PodEvicted", Message: e.Message})
 		case apierrors.IsTooManyRequests(err):
-			logger.Info("A disruption budget holds the eviction for now", "workload", e.Workload, "pod", e.Pod, "answer", answer(err))
+			who, said := "its PodDisruptionBudget", answer(err)
+			if budget, text, ok := c.caches.budgetRefusal(ns, e.Pod, err); ok {
+				who, said = budgetDescribed(budget), text
+				c.refusedEvictions.refused(ns, e.Workload, stage, e.Pod, e.UID, refusalReason(budget, e.Pod, text))
+			}
+			logger.Info("A disruption budget holds the eviction for now", "workload", e.Workload, "pod", e.Pod, "answer", said)
 			events = append(events, canary.Event{Workload: e.Workload, Type: canary.EventNormal, Reason: "EvictionWaiting",
-				Message: fmt.Sprintf("pod %s waits for its PodDisruptionBudget to allow an eviction: %s", e.Pod, answer(err))})
+				Message: fmt.Sprintf("pod %s waits for %s to allow an eviction: %s", e.Pod, who, said)})
 			c.queue.AddAfter(ns, evictionRetry)
 		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 			// Gone or already replaced: the next decision sees it.

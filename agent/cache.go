@@ -34,9 +34,10 @@ type Caches struct {
 	ReplicaSets  Lister[*CachedReplicaSet]
 	StatefulSets appslisters.StatefulSetLister
 	DaemonSets   appslisters.DaemonSetLister
-	// Revisions are the ControllerRevisions, without their data: the
-	// newest one a DaemonSet owns names its current template.
-	Revisions appslisters.ControllerRevisionLister
+	// Revisions are the ControllerRevisions, of whose data only the
+	// template's restart stamp is kept: the newest one a DaemonSet owns
+	// names its current template.
+	Revisions Lister[*CachedControllerRevision]
 	Pods      Lister[*CachedPod]
 	PDBs      policylisters.PodDisruptionBudgetLister
 	Webhooks  admissionreglisters.MutatingWebhookConfigurationLister
@@ -66,8 +67,9 @@ type Caches struct {
 // NewCaches builds the informers. Their transform keeps only what
 // meshwave reads, so that a cluster of 100k pods fits in a small cache:
 // no managedFields, no pod or template specs, no selectors or
-// conditions, no kubectl last applied configuration, and of a pod's
-// annotations only the sidecar status and the keys in persist.
+// conditions, no kubectl last applied configuration, of a pod's
+// annotations only the sidecar status and the keys in persist, and of a
+// ControllerRevision's data only its template's restart stamp.
 func NewCaches(client kubernetes.Interface, resync time.Duration, persist []string) *Caches {
 	keep := map[string]bool{canary.AnnotationSidecar: true}
 	for _, k := range persist {
@@ -81,7 +83,7 @@ func NewCaches(client kubernetes.Interface, resync time.Duration, persist []stri
 		ReplicaSets:  NewReplicaSetLister(f.Apps().V1().ReplicaSets().Informer().GetIndexer()),
 		StatefulSets: f.Apps().V1().StatefulSets().Lister(),
 		DaemonSets:   f.Apps().V1().DaemonSets().Lister(),
-		Revisions:    f.Apps().V1().ControllerRevisions().Lister(),
+		Revisions:    NewRevisionLister(f.Apps().V1().ControllerRevisions().Informer().GetIndexer()),
 		Pods:         NewPodLister(f.Core().V1().Pods().Informer().GetIndexer()),
 		PDBs:         f.Policy().V1().PodDisruptionBudgets().Lister(),
 		Webhooks:     f.Admissionregistration().V1().MutatingWebhookConfigurations().Lister(),
@@ -228,7 +230,8 @@ func (c *Caches) Shutdown() {
 // decoded and owns, so it may take their maps and strings. It runs twice
 // on an object a streaming list returns (into the reflector's store, then
 // into the queue), so it keeps all of what it kept, and passes a
-// CachedPod or CachedReplicaSet through as it is.
+// CachedPod, CachedReplicaSet or CachedControllerRevision through as it
+// is.
 func transform(keepPodAnnotations map[string]bool) cache.TransformFunc {
 	podMeta := newMetaPool()
 	return func(obj any) (any, error) {
@@ -337,19 +340,6 @@ func slimDaemonSet(d *appsv1.DaemonSet) *appsv1.DaemonSet {
 			CurrentNumberScheduled: d.Status.CurrentNumberScheduled, UpdatedNumberScheduled: d.Status.UpdatedNumberScheduled,
 			NumberReady: d.Status.NumberReady, NumberAvailable: d.Status.NumberAvailable},
 	}
-}
-
-// slimRevision keeps what names a DaemonSet's current template: the
-// ControllerRevision's controller, revision number and hash label, not
-// its data; and its resourceVersion, by which its informer tells an
-// update from a resync.
-func slimRevision(r *appsv1.ControllerRevision) *appsv1.ControllerRevision {
-	out := &appsv1.ControllerRevision{ObjectMeta: metav1.ObjectMeta{Name: r.Name, Namespace: intern(r.Namespace),
-		ResourceVersion: r.ResourceVersion, OwnerReferences: internOwners(controllerOnly(r.OwnerReferences))}, Revision: r.Revision}
-	if hash, ok := r.Labels[appsv1.DefaultDaemonSetUniqueLabelKey]; ok {
-		out.Labels = map[string]string{appsv1.DefaultDaemonSetUniqueLabelKey: hash}
-	}
-	return out
 }
 
 // controllerOnly keeps of an object's owners its controller, the one

@@ -75,7 +75,7 @@ func cachesOf(t testing.TB, tf cache.TransformFunc, objs ...runtime.Object) *Cac
 		ReplicaSets:  NewReplicaSetLister(byKind["replicasets"]),
 		StatefulSets: appslisters.NewStatefulSetLister(byKind["statefulsets"]),
 		DaemonSets:   appslisters.NewDaemonSetLister(byKind["daemonsets"]),
-		Revisions:    appslisters.NewControllerRevisionLister(byKind["revisions"]),
+		Revisions:    NewRevisionLister(byKind["revisions"]),
 		Pods:         NewPodLister(byKind["pods"]),
 		PDBs:         policylisters.NewPodDisruptionBudgetLister(byKind["pdbs"]),
 		Webhooks:     admissionreglisters.NewMutatingWebhookConfigurationLister(byKind["webhooks"]),
@@ -151,15 +151,18 @@ func TestTheCachesKeepWhatMeshwaveReads(t *testing.T) {
 	objs := clusterAsServed()
 	keep := map[string]bool{canary.AnnotationSidecar: true, "sidecar.istio.io/proxyCPU": true}
 	slim := cachesOf(t, transform(keep), objs...)
-	// Pods and ReplicaSets, which the caches hold in types of their own,
-	// are kept alike on both sides: TestTheTransformKeepsWhatTheOwnTypesHold
-	// and the gather tests check what is kept of them.
+	// Pods, ReplicaSets and ControllerRevisions, which the caches hold in
+	// types of their own, are kept alike on both sides:
+	// TestTheTransformKeepsWhatTheOwnTypesHold and the gather tests check
+	// what is kept of them.
 	whole := cachesOf(t, func(obj any) (any, error) {
 		switch o := obj.(type) {
 		case *corev1.Pod:
 			return slimPod(o, keep), nil
 		case *appsv1.ReplicaSet:
 			return slimReplicaSet(o), nil
+		case *appsv1.ControllerRevision:
+			return slimRevision(o), nil
 		}
 		m := obj.(metav1.Object)
 		m.SetAnnotations(withoutLastApplied(m.GetAnnotations()))
@@ -198,14 +201,14 @@ func TestTheTransformKeepsAKeptObject(t *testing.T) {
 	}
 }
 
-// A ReplicaSet keeps its controller, revision and restart stamp, and an
-// istiod pod its images.
+// A ReplicaSet keeps its UID, controller, revision and restart stamp, and
+// an istiod pod its images.
 func TestTheTransformKeepsWhatTheOwnTypesHold(t *testing.T) {
 	rs := replicaSetOf(appliedDeployment("shop", "cart", 1), templateHash, 4)
 	rs.OwnerReferences = append([]metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "not-the-controller"}}, rs.OwnerReferences...)
 	rs.Spec.Template.Annotations = map[string]string{canary.AnnotationRestartedAt: "2025-03-01T12:00:00Z", "sidecar.istio.io/proxyCPU": "100m"}
 	kept := slimReplicaSet(rs)
-	assert.Equal(t, &CachedReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "cart-" + templateHash, Namespace: "shop", ResourceVersion: "40004",
+	assert.Equal(t, &CachedReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "cart-" + templateHash, Namespace: "shop", UID: rs.UID, ResourceVersion: "40004",
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "cart", UID: rs.OwnerReferences[1].UID, Controller: ptr.To(true)}}},
 		Revision: "4", RestartedAt: "2025-03-01T12:00:00Z"}, kept)
 	assert.Equal(t, "cart", metav1.GetControllerOf(kept).Name)

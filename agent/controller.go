@@ -91,9 +91,12 @@ type Controller struct {
 	refusals refusals
 	// progress holds what the wave under test learnt that is not written.
 	progress progressMemory
-	optedIn  optedInAtLastDecision
-	metrics  *Metrics
-	tracer   *Tracer
+	// refusedEvictions hold the evictions budgets refused, for the rollout
+	// gate's reason.
+	refusedEvictions evictionRefusals
+	optedIn          optedInAtLastDecision
+	metrics          *Metrics
+	tracer           *Tracer
 }
 
 // New builds a controller and registers its event handlers.
@@ -360,6 +363,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	ns, err := c.caches.Namespaces.Get(key)
 	if apierrors.IsNotFound(err) {
 		c.progress.drop(key)
+		c.refusedEvictions.drop(key)
 		return nil
 	}
 	if err != nil {
@@ -374,6 +378,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		status = working
 	}
 	if !concerns(ns) {
+		c.refusedEvictions.drop(key)
 		return nil
 	}
 	if !c.expect.satisfied(ns, c.cachedWorkload(ns.Name), c.cachedPod(ns.Name), c.clock.Now()) {
@@ -386,6 +391,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	if err != nil {
 		return fmt.Errorf("gather: %w", err)
 	}
+	c.refusedEvictions.attach(key, evictionStage(status), snap.Workloads)
 	admission := &admission{c: c, ns: key, resolve: snap.Mesh.Resolve}
 	defer admission.done()
 	snap.ReadPeers = admission.peers

@@ -68,80 +68,103 @@ func (c *Caches) workloads(ns string) ([]canary.Workload, error) {
 	if err != nil {
 		return nil, err
 	}
-	// A pod belongs to the Deployment that owns its ReplicaSet, and is
-	// current when that ReplicaSet carries the Deployment's revision; it
-	// belongs to a StatefulSet or DaemonSet that owns it directly, by UID:
-	// a pod is evicted as its workload's, and an owner reference written
-	// by hand (or another API's StatefulSet of the same name) must not
-	// make it one.
-	type rsInfo struct {
-		deployment, revision string
+	revs, err := c.Revisions.In(ns).List(labels.Everything())
+	if err != nil {
+		return nil, err
 	}
-	rsOwner := map[string]rsInfo{}
-	rolledOut := map[string]time.Time{}
+	// A pod belongs to the Deployment that controls its ReplicaSet, and is
+	// current when that ReplicaSet carries the Deployment's revision; it
+	// belongs to a StatefulSet or DaemonSet that controls it directly.
+	// Every hop is by the controller reference's UID, as Kubernetes'
+	// controllers resolve theirs: a pod is evicted and judged as its
+	// workload's, and a name is anyone's to write (a ReplicaSet that names
+	// a Deployment it does not belong to, another API's Deployment of the
+	// same name), and is shared by a DaemonSet and a Deployment of one
+	// name.
+	type rsInfo struct {
+		deployment ownerKey
+		revision   string
+	}
+	replicaSets := map[ownerKey]rsInfo{}
+	// rolledOut is the newest restart stamp among the templates each
+	// workload's controller rolled out: its ReplicaSets' or its
+	// ControllerRevisions'.
+	rolledOut := map[ownerKey]time.Time{}
 	for _, rs := range rss {
-		if owner := metav1.GetControllerOf(rs); owner != nil && owner.Kind == "Deployment" {
-			rsOwner[rs.Name] = rsInfo{deployment: owner.Name, revision: rs.Revision}
-			if at, err := time.Parse(time.RFC3339, rs.RestartedAt); err == nil && at.After(rolledOut[owner.Name]) {
-				rolledOut[owner.Name] = at
-			}
+		if owner, ok := controllerKey(rs); ok && owner.kind == canary.OwnerDeployment {
+			replicaSets[keyOf(canary.OwnerReplicaSet, rs)] = rsInfo{deployment: owner, revision: rs.Revision}
+			noteRestart(rolledOut, owner, rs.RestartedAt)
 		}
 	}
-	podsOf := map[string][]*CachedPod{}
-	podsOfUID := map[types.UID][]*CachedPod{}
-	rsOf := map[*CachedPod]rsInfo{}
-	for _, p := range pods {
-		owner := metav1.GetControllerOf(p)
-		if owner == nil {
+	newestRevision := map[ownerKey]*CachedControllerRevision{}
+	for _, r := range revs {
+		owner, ok := controllerKey(r)
+		if !ok || owner.kind != canary.OwnerStatefulSet && owner.kind != canary.OwnerDaemonSet {
 			continue
 		}
-		switch owner.Kind {
-		case "ReplicaSet":
-			info, ok := rsOwner[owner.Name]
+		noteRestart(rolledOut, owner, r.RestartedAt)
+		if n := newestRevision[owner]; n == nil || r.Revision > n.Revision {
+			newestRevision[owner] = r
+		}
+	}
+	podsOf := map[ownerKey][]*CachedPod{}
+	rsOf := map[*CachedPod]rsInfo{}
+	for _, p := range pods {
+		owner, ok := controllerKey(p)
+		if !ok {
+			continue
+		}
+		switch owner.kind {
+		case canary.OwnerReplicaSet:
+			info, ok := replicaSets[owner]
 			if !ok {
 				continue
 			}
 			podsOf[info.deployment] = append(podsOf[info.deployment], p)
 			rsOf[p] = info
-		case "StatefulSet", "DaemonSet":
-			podsOfUID[owner.UID] = append(podsOfUID[owner.UID], p)
+		case canary.OwnerStatefulSet, canary.OwnerDaemonSet:
+			podsOf[owner] = append(podsOf[owner], p)
 		}
 	}
 	out := make([]canary.Workload, 0, len(deps)+len(stss)+len(dss))
 	for _, d := range deps {
 		w := workloadOf(d)
 		w.Facts = c.facts.deployments.get(d, &w)
-		for _, p := range podsOf[d.Name] {
+		key := keyOf(canary.OwnerDeployment, d)
+		for _, p := range podsOf[key] {
 			pod := podOf(p)
 			pod.Current = rsOf[p].revision != "" && rsOf[p].revision == d.Annotations[revisionAnno]
 			w.Pods = append(w.Pods, pod)
 		}
 		w.HasPDB = coveredByPDB(d.Spec.Template.Labels, pdbs)
-		w.RolledOutRestart = rolledOut[d.Name]
+		w.RolledOutRestart = rolledOut[key]
 		out = append(out, w)
 	}
 	for _, s := range stss {
 		w := statefulSetWorkload(s)
 		w.Facts = c.facts.statefulSets.get(s, &w)
-		for _, p := range podsOfUID[s.UID] {
+		key := keyOf(canary.OwnerStatefulSet, s)
+		for _, p := range podsOf[key] {
 			pod := podOf(p)
 			pod.Current = s.Status.UpdateRevision != "" && p.Labels[appsv1.ControllerRevisionHashLabelKey] == s.Status.UpdateRevision
 			w.Pods = append(w.Pods, pod)
 		}
 		w.HasPDB = coveredByPDB(s.Spec.Template.Labels, pdbs)
+		w.RolledOutRestart = rolledOut[key]
 		out = append(out, w)
 	}
 	for _, d := range dss {
 		w := daemonSetWorkload(d)
 		w.Facts = c.facts.daemonSets.get(d, &w)
-		hash := c.currentDaemonSetHash(d)
-		for _, p := range podsOfUID[d.UID] {
+		key := keyOf(canary.OwnerDaemonSet, d)
+		hash := daemonSetHash(newestRevision[key])
+		for _, p := range podsOf[key] {
 			pod := podOf(p)
 			pod.Current = daemonPodCurrent(p, d, hash)
 			w.Pods = append(w.Pods, pod)
 		}
 		w.HasPDB = coveredByPDB(d.Spec.Template.Labels, pdbs)
-		w.RolledOutRestart = rolledOut[d.Name]
+		w.RolledOutRestart = rolledOut[key]
 		out = append(out, w)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
@@ -244,27 +267,46 @@ func daemonSetWorkload(d *appsv1.DaemonSet) canary.Workload {
 	}
 }
 
-// currentDaemonSetHash is the controller-revision-hash of the newest
-// ControllerRevision a DaemonSet owns: the template its controller rolls
-// out. "" when none is cached yet.
-func (c *Caches) currentDaemonSetHash(d *appsv1.DaemonSet) string {
-	revs, err := c.Revisions.ControllerRevisions(d.Namespace).List(labels.Everything())
-	if err != nil {
-		return ""
+// ownerKey names a controller as a controller reference does: by kind,
+// name and UID. Kubernetes' controllers take a reference as theirs only
+// when it carries their object's UID (resolveControllerRef); the name
+// alone may be anyone's.
+type ownerKey struct {
+	kind, name string
+	uid        types.UID
+}
+
+// keyOf is the key of obj as a controller of kind.
+func keyOf(kind string, obj metav1.Object) ownerKey {
+	return ownerKey{kind: kind, name: obj.GetName(), uid: obj.GetUID()}
+}
+
+// controllerKey is the key of obj's controller; false when it has none.
+func controllerKey(obj metav1.Object) (ownerKey, bool) {
+	ref := metav1.GetControllerOfNoCopy(obj)
+	if ref == nil {
+		return ownerKey{}, false
 	}
-	var newest *appsv1.ControllerRevision
-	for _, r := range revs {
-		if owner := metav1.GetControllerOf(r); owner == nil || owner.UID != d.UID {
-			continue
-		}
-		if newest == nil || r.Revision > newest.Revision {
-			newest = r
-		}
+	return ownerKey{kind: ref.Kind, name: ref.Name, uid: ref.UID}, true
+}
+
+// noteRestart keeps in newest the later of owner's stamp there and stamp,
+// a kubectl.kubernetes.io/restartedAt value; an unreadable one counts for
+// nothing.
+func noteRestart(newest map[ownerKey]time.Time, owner ownerKey, stamp string) {
+	if at, err := time.Parse(time.RFC3339, stamp); err == nil && at.After(newest[owner]) {
+		newest[owner] = at
 	}
+}
+
+// daemonSetHash is the controller-revision-hash of a DaemonSet's newest
+// ControllerRevision: the template its controller rolls out. "" when none
+// is cached yet.
+func daemonSetHash(newest *CachedControllerRevision) string {
 	if newest == nil {
 		return ""
 	}
-	return newest.Labels[appsv1.DefaultDaemonSetUniqueLabelKey]
+	return newest.Hash
 }
 
 // daemonPodCurrent applies the DaemonSet controller's own test of an

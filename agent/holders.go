@@ -184,18 +184,40 @@ func (c *Caches) holderNamespaces(byRevision map[string][]canary.HolderPod, root
 // ownerOf resolves what keeps a pod: the Deployment behind its ReplicaSet,
 // the CronJob behind its Job, its StatefulSet or DaemonSet, or the pod
 // itself when nothing controls it. A ReplicaSet or Job the caches do not
-// hold (deleted, orphaning the pod, or Jobs not watched) is named as is.
+// hold (deleted, orphaning the pod, or Jobs not watched), or a workload
+// they do not hold, is named as is. A controller reference is followed, as
+// Kubernetes' controllers follow theirs, only to the object of its UID: a
+// pod whose reference names an object the caches hold under another UID
+// has no live controller (its own was deleted and another took the name,
+// or the reference was written by hand) and counts as a bare pod; a
+// ReplicaSet whose reference names a Deployment held under another UID
+// (or another API's Deployment of that name) has no Deployment.
 func (c *Caches) ownerOf(p *CachedPod) canary.Owner {
 	ref := metav1.GetControllerOfNoCopy(p)
 	if ref == nil {
 		return canary.Owner{Kind: canary.OwnerPod, Name: p.Name}
 	}
+	bare := canary.Owner{Kind: canary.OwnerPod, Name: p.Name}
 	switch ref.Kind {
 	case canary.OwnerReplicaSet:
-		if rs, err := c.ReplicaSets.In(p.Namespace).Get(ref.Name); err == nil {
-			if up := metav1.GetControllerOfNoCopy(rs); up != nil {
-				return canary.Owner{Kind: up.Kind, Name: up.Name}
-			}
+		rs, err := c.ReplicaSets.In(p.Namespace).Get(ref.Name)
+		if err != nil {
+			break
+		}
+		if rs.UID != ref.UID {
+			return bare
+		}
+		up := metav1.GetControllerOfNoCopy(rs)
+		if up == nil {
+			break
+		}
+		if held, same := c.holdsWorkload(p.Namespace, up); held && !same {
+			return canary.Owner{Kind: canary.OwnerReplicaSet, Name: rs.Name}
+		}
+		return canary.Owner{Kind: up.Kind, Name: up.Name}
+	case canary.OwnerStatefulSet, canary.OwnerDaemonSet:
+		if held, same := c.holdsWorkload(p.Namespace, ref); held && !same {
+			return bare
 		}
 	case canary.OwnerJob:
 		if c.Jobs == nil {
@@ -203,6 +225,9 @@ func (c *Caches) ownerOf(p *CachedPod) canary.Owner {
 		}
 		if obj, err := c.Jobs.ByNamespace(p.Namespace).Get(ref.Name); err == nil {
 			if job, ok := obj.(metav1.Object); ok {
+				if job.GetUID() != ref.UID {
+					return bare
+				}
 				if up := metav1.GetControllerOfNoCopy(job); up != nil && up.Kind == canary.OwnerCronJob {
 					return canary.Owner{Kind: canary.OwnerCronJob, Name: up.Name}
 				}
@@ -210,4 +235,26 @@ func (c *Caches) ownerOf(p *CachedPod) canary.Owner {
 		}
 	}
 	return canary.Owner{Kind: ref.Kind, Name: ref.Name}
+}
+
+// holdsWorkload reports whether the caches hold a Deployment, StatefulSet
+// or DaemonSet of ref's kind and name in ns, and whether it is ref's: of
+// its UID. Any other kind is held by none.
+func (c *Caches) holdsWorkload(ns string, ref *metav1.OwnerReference) (held, same bool) {
+	var obj metav1.Object
+	var err error
+	switch ref.Kind {
+	case canary.OwnerDeployment:
+		obj, err = c.Deployments.Deployments(ns).Get(ref.Name)
+	case canary.OwnerStatefulSet:
+		obj, err = c.StatefulSets.StatefulSets(ns).Get(ref.Name)
+	case canary.OwnerDaemonSet:
+		obj, err = c.DaemonSets.DaemonSets(ns).Get(ref.Name)
+	default:
+		return false, false
+	}
+	if err != nil {
+		return false, false
+	}
+	return true, obj.GetUID() == ref.UID
 }

@@ -90,7 +90,7 @@ func largeCluster(b *testing.B, namespaces, deployments, pods int, onSource func
 		Deployments:  appslisters.NewDeploymentLister(depIdx),
 		StatefulSets: appslisters.NewStatefulSetLister(index()),
 		DaemonSets:   appslisters.NewDaemonSetLister(index()),
-		Revisions:    appslisters.NewControllerRevisionLister(index()),
+		Revisions:    NewRevisionLister(index()),
 		ReplicaSets:  NewReplicaSetLister(rsIdx),
 		Pods:         NewPodLister(podIdx),
 		PDBs:         policylisters.NewPodDisruptionBudgetLister(pdbIdx),

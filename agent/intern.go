@@ -9,6 +9,7 @@ import (
 	"weak"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // intern returns s backed by a copy of its bytes that other strings of
@@ -37,12 +38,13 @@ func internMap(m map[string]string) map[string]string {
 	return out
 }
 
-// internOwners returns owners with their kinds, API versions and names
-// interned, in place: the objects of one owner name it alike.
+// internOwners returns owners with their kinds, API versions, names and
+// UIDs interned, in place: the objects of one owner (the pods of a
+// ReplicaSet) name it alike.
 func internOwners(owners []metav1.OwnerReference) []metav1.OwnerReference {
 	for i := range owners {
 		o := &owners[i]
-		o.APIVersion, o.Kind, o.Name = intern(o.APIVersion), intern(o.Kind), intern(o.Name)
+		o.APIVersion, o.Kind, o.Name, o.UID = intern(o.APIVersion), intern(o.Kind), intern(o.Name), types.UID(intern(string(o.UID)))
 	}
 	return owners
 }

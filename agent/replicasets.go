@@ -5,12 +5,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/meshwave/meshwave/canary"
 )
 
-// CachedReplicaSet is what the caches keep of a ReplicaSet: its name and
-// controller, which resolve a pod to its Deployment, and the two
+// CachedReplicaSet is what the caches keep of a ReplicaSet: its name, UID
+// and controller, which resolve a pod to its Deployment (a pod's
+// controller reference is its ReplicaSet's only when it carries that
+// ReplicaSet's UID, as the ReplicaSet's is its Deployment's), and the two
 // annotations gather reads. A Deployment keeps its old ReplicaSets (ten
 // by default), so there are often several times as many ReplicaSets as
 // Deployments; an appsv1.ReplicaSet is a struct of 1,168 bytes, nearly
@@ -42,10 +45,11 @@ func (rs *CachedReplicaSet) DeepCopyObject() runtime.Object {
 // slimReplicaSet keeps of a ReplicaSet what CachedReplicaSet holds, and
 // its resourceVersion, by which its informer tells an update from a
 // resync; nothing reads its labels, other annotations, selector or
-// status.
+// status. Its UID is interned: its pods' controller references
+// (internOwners) hold the same string.
 func slimReplicaSet(rs *appsv1.ReplicaSet) *CachedReplicaSet {
 	return &CachedReplicaSet{
-		ObjectMeta: metav1.ObjectMeta{Name: rs.Name, Namespace: intern(rs.Namespace), ResourceVersion: rs.ResourceVersion,
+		ObjectMeta: metav1.ObjectMeta{Name: rs.Name, Namespace: intern(rs.Namespace), UID: types.UID(intern(string(rs.UID))), ResourceVersion: rs.ResourceVersion,
 			OwnerReferences: internOwners(controllerOnly(rs.OwnerReferences))},
 		Revision:    intern(rs.Annotations[revisionAnno]),
 		RestartedAt: intern(rs.Spec.Template.Annotations[canary.AnnotationRestartedAt]),

@@ -75,6 +75,41 @@ func TestRolloutGate(t *testing.T) {
 	}
 }
 
+// An OnDelete workload whose PodDisruptionBudget refuses its evictions
+// waits on the budget: both the pending reason and the failure name it,
+// with the apiserver's answer, and a member without a refusal reads as
+// before.
+func TestTheRolloutGateNamesTheBudgetThatRefusedAnEviction(t *testing.T) {
+	refusal := "PodDisruptionBudget db-pdb refused to evict pod db-2: Cannot evict pod as it would violate the pod's disruption budget. " +
+		"The disruption budget db-pdb needs 3 healthy pods and has 3 currently (429 TooManyRequests)"
+	held := member("StatefulSet/db", canary.Pod{Name: "db-0", Running: true, Ready: true}, canary.Pod{Name: "db-1", Running: true, Ready: true},
+		canary.Pod{Name: "db-2", Running: true, Ready: true})
+	held.Kind, held.OnDelete, held.Status.UpdatedReplicas = canary.KindStatefulSet, true, 0
+	held.Deadline, held.Timeout = t0.Add(10*time.Second), 10*time.Second
+	held.EvictionRefused = refusal
+	other := member("StatefulSet/cache", canary.Pod{Name: "cache-0", Running: true, Ready: true})
+	other.Kind, other.OnDelete, other.Status.UpdatedReplicas = canary.KindStatefulSet, true, 0
+	other.Deadline, other.Timeout = t0.Add(time.Minute), time.Minute
+
+	v := RolloutGate{}.Evaluate(context.Background(), wave(held, other), t0.Add(5*time.Second))
+	assert.Equal(t, canary.ResultPending, v.Result)
+	assert.Equal(t, "2 of 2 workloads rolling out: StatefulSet/db: 0 of 3 replicas updated; "+refusal+"; StatefulSet/cache: 0 of 1 replicas updated", v.Reason)
+	assert.Equal(t, 5*time.Second, v.RetryAfter)
+
+	v = RolloutGate{}.Evaluate(context.Background(), wave(held, other), t0.Add(10*time.Second))
+	assert.Equal(t, canary.ResultFail, v.Result)
+	want := "StatefulSet/db did not roll out within 10s: 0 of 3 replicas updated; " + refusal
+	assert.Equal(t, want, v.Reason)
+	assert.Equal(t, []canary.WorkloadState{{Name: "StatefulSet/db", State: canary.StateFailed, Reason: want}}, v.Failed)
+
+	// Once it rolled out, a refusal left over says nothing.
+	done := member("StatefulSet/db", pod("db-0", "1-26"))
+	done.Kind, done.OnDelete, done.EvictionRefused = canary.KindStatefulSet, true, refusal
+	v = RolloutGate{}.Evaluate(context.Background(), wave(done), t0.Add(time.Hour))
+	assert.Equal(t, canary.ResultPass, v.Result)
+	assert.Equal(t, "1 of 1 workloads rolled out", v.Reason)
+}
+
 func TestRolloutGateReadsEachKindInItsControllersTerms(t *testing.T) {
 	sts := func(mod func(*canary.WaveWorkload)) canary.WaveWorkload {
 		m := member("StatefulSet/db", pod("db-0", "1-26"), pod("db-1", "1-26"))

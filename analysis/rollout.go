@@ -16,7 +16,9 @@ const GateRollout = "rollout"
 // RolloutGate passes when every member of the wave has rolled out: the
 // controller saw the latest generation, every replica is updated and
 // available, and no pod of an older template is left. A member still
-// rolling out past its readiness timeout fails.
+// rolling out past its readiness timeout fails. Either reason names the
+// PodDisruptionBudget that last refused to evict one of a member's pods
+// (canary.Workload.EvictionRefused).
 type RolloutGate struct{}
 
 // Name implements Gate.
@@ -31,6 +33,11 @@ func (RolloutGate) Evaluate(_ context.Context, wave canary.WaveUnderTest, now ti
 		done, detail := RolledOut(m.Workload)
 		if done {
 			continue
+		}
+		if m.EvictionRefused != "" {
+			// An OnDelete workload whose budget refuses its evictions
+			// waits on the budget, not on its controller.
+			detail += "; " + m.EvictionRefused
 		}
 		if !now.Before(m.Deadline) {
 			failed = append(failed, canary.WorkloadState{

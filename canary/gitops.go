@@ -345,11 +345,13 @@ func capitalized(s string) string {
 
 // memberReverted reports whether a member of the wave in flight that has
 // no record of its move and no restart stamp of the wave was nevertheless
-// rolled out onto a template stamped in this wave: its move was made,
-// then its template and record were put back whole (a sync that replaces
-// the object). A stamp the workload's own record wrote (the rollback
-// before this migration, its stamp pushed into the second this wave
-// started: MoveRecord.Stamp) is that record's restart, not this wave's.
+// rolled out onto a template stamped in this wave (a Deployment's
+// ReplicaSet, a StatefulSet's or DaemonSet's ControllerRevision carries
+// it: Workload.RolledOutRestart): its move was made, then its template and
+// record were put back whole (a sync that replaces the object). A stamp
+// the workload's own record wrote (the rollback before this migration, its
+// stamp pushed into the second this wave started: MoveRecord.Stamp) is
+// that record's restart, not this wave's.
 func memberReverted(w Workload, waveStart *time.Time) bool {
 	if waveStart == nil || w.RolledOutRestart.IsZero() || w.RolledOutRestart.Before(waveStart.UTC().Truncate(time.Second)) {
 		return false
@@ -487,8 +489,14 @@ func memberRevertReported(m *machine, w Workload) string {
 	}
 	st.noteRevert(w.Name, o.ID(), m.now)
 	who := ownerOrSomeone(o, owned)
-	msg := fmt.Sprintf("%s was restarted in wave %d (a ReplicaSet carries its stamp %s), then %s put its template back and removed its %s record: meshwave does not restart it again on its own. %s; then remove %s to move it again, or set %s on it",
-		describe(w.Name), st.Wave, w.RolledOutRestart.UTC().Format(time.RFC3339), who, AnnotationMove,
+	// A Deployment rolls a template out in a ReplicaSet; a StatefulSet or
+	// DaemonSet records it in a ControllerRevision.
+	rolledOutIn := "a ReplicaSet"
+	if w.KindOf() != KindDeployment {
+		rolledOutIn = "a ControllerRevision"
+	}
+	msg := fmt.Sprintf("%s was restarted in wave %d (%s carries its stamp %s), then %s put its template back and removed its %s record: meshwave does not restart it again on its own. %s; then remove %s to move it again, or set %s on it",
+		describe(w.Name), st.Wave, rolledOutIn, w.RolledOutRestart.UTC().Format(time.RFC3339), who, AnnotationMove,
 		capitalized(handOver(o, owned, "meshwave's keys")), AnnotationPaused, AnnotationSkip)
 	m.event(w.Name, EventWarning, "TemplateReverted", msg)
 	st.warn(describe(w.Name)+"'s template", msg)

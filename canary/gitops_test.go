@@ -160,6 +160,52 @@ func TestAMoveUndoneWholePausesInsteadOfASecondRestartAndMovesAgainOnlyWhenResum
 	assert.Equal(t, 2, s.patches["a"])
 }
 
+// A StatefulSet or DaemonSet replaced whole from git mid-wave loses its
+// move record and its restart stamp as a Deployment does; its
+// ControllerRevision still carries the wave's stamp (RolledOutRestart), so
+// it is reported and the wave pauses, and it is not restarted a second
+// time, at this decision or the next.
+func TestAStatefulSetOrDaemonSetUndoneWholeIsReportedAndNotRestartedAgain(t *testing.T) {
+	flux := func(w *Workload) {
+		w.Labels["kustomize.toolkit.fluxcd.io/name"] = "apps"
+		w.Labels["kustomize.toolkit.fluxcd.io/namespace"] = "flux-system"
+	}
+	for _, k := range []Kind{KindStatefulSet, KindDaemonSet} {
+		t.Run(string(k), func(t *testing.T) {
+			s := newSim(t, deploy("db", kind(k), flux), deploy("other", kind(k)))
+			id := WorkloadID(k, "db")
+			s.decide(nil)
+			require.Equal(t, map[string]int{id: 1}, s.patches, "the canary is %s", id)
+
+			s.now = s.now.Add(5 * time.Second)
+			w := &s.snap.Workloads[0]
+			require.Equal(t, id, w.Name)
+			delete(w.Annotations, AnnotationMove)
+			delete(w.TemplateAnnotations, AnnotationRestartedAt)
+			w.RolledOutRestart = t0 // its ControllerRevision's stamp
+			s.events = nil
+			d := s.decide(nil)
+
+			assert.Empty(t, d.Moves, "not restarted a second time")
+			assert.True(t, d.SetPaused)
+			assert.Equal(t, PhasePaused, s.status.Phase)
+			described := strings.ToLower(string(k)) + " db"
+			assert.Equal(t, "wave 1 paused: the move of "+described+" was undone by Flux Kustomization flux-system/apps", s.status.Reason)
+			want := described + " was restarted in wave 1 (a ControllerRevision carries its stamp 2026-11-29T12:00:00Z), then Flux Kustomization flux-system/apps put its template back and removed its meshwave.io/move record: " +
+				"meshwave does not restart it again on its own. Take meshwave's keys out of git, or annotate the object in git with kustomize.toolkit.fluxcd.io/ssa: IfNotPresent; " +
+				"then remove meshwave.io/paused to move it again, or set meshwave.io/skip on it"
+			require.NotEmpty(t, s.events)
+			assert.Equal(t, Event{Workload: id, Type: EventWarning, Reason: "TemplateReverted", Message: want}, s.events[0])
+			assert.Equal(t, []RevertSeen{{Kind: RevertTemplate, Owner: "kustomization/flux-system/apps"}}, d.Reverts)
+
+			s.now = s.now.Add(time.Minute)
+			d = s.decide(nil)
+			assert.Empty(t, d.Moves, "paused: nothing moves")
+			assert.Equal(t, map[string]int{id: 1}, s.patches)
+		})
+	}
+}
+
 func TestALabelSwitchedBackIsPutBackTwiceThenLeftWithAPause(t *testing.T) {
 	s := newSim(t, deploy("a"), deploy("b"))
 	s.snap.Namespace.Labels[LabelArgoInstance] = "platform"

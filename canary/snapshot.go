@@ -77,11 +77,22 @@ type Workload struct {
 	// HasPDB is true when a PodDisruptionBudget selects its pods.
 	HasPDB bool
 	// RolledOutRestart is the newest kubectl.kubernetes.io/restartedAt
-	// among the templates its controller rolled out (a Deployment's
-	// ReplicaSets); zero when none carries one, and for the other kinds,
-	// whose ControllerRevisions are cached without their templates. It
-	// shows a restart whose stamp was taken out of the template since.
+	// among the templates its controller rolled out: a Deployment's
+	// ReplicaSets', a StatefulSet's or DaemonSet's ControllerRevisions'
+	// (each matched to it by its controller reference's UID); zero when
+	// none carries one. It shows a restart whose stamp was taken out of
+	// the template since.
 	RolledOutRestart time.Time
+	// EvictionRefused, when set, says which PodDisruptionBudget last
+	// refused to evict one of its old pods in the wave or rollback under
+	// test, with the apiserver's answer ("PodDisruptionBudget db-pdb
+	// refused to evict pod db-2: Cannot evict pod as it would violate the
+	// pod's disruption budget. ..."), at most 512 bytes: the rollout gate
+	// names it in its reasons. The agent fills it from its own memory of
+	// the evictions it sent, not from the caches, so a restarted agent or
+	// a new leader fills it again only once one of its evictions is
+	// refused.
+	EvictionRefused string
 	// Facts, when set, are ReadFacts of this workload, read earlier from
 	// the very same labels and annotations and kept: a decision takes them
 	// instead of reading those maps again. Nil: the decision reads them.

@@ -3,15 +3,18 @@ package tests
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"regexp"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -247,6 +250,89 @@ func TestStateIntegrity(t *testing.T) {
 		})
 		a.Kill()
 	})
+
+	t.Run("a DaemonSet's missed patch is sent again beside a Deployment of its name, not taken for a revert", func(t *testing.T) {
+		f := shared.For(t)
+		const ns = "twins"
+		ds := fixture.NewDaemonSet(ns, "web")
+		ds.Spec.Selector.MatchLabels = map[string]string{"app": "web-agent"}
+		ds.Spec.Template.Labels = map[string]string{"app": "web-agent"}
+		f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, nil).Deployment(ns, "web", fixture.Replicas(1)).DaemonSet(ds).RolledOut(ns)
+		f.WaitForDaemonSetRolledOut(ns, "web")
+		cfg := testConfig(f)
+		cfg.CanarySize = 2
+		log := &writeLog{}
+		var conflicts atomic.Int32
+		var rolledOutAt atomic.Int64
+		optIn(f, ns, "1-26", 10)
+		r := startReplica(t, f, cfg, "agent-"+ns, log, withLink(func(l *link) {
+			// The DaemonSet's patch meets a conflict until the Deployment of
+			// its name has rolled the wave's restart out in a ReplicaSet,
+			// and a second more, for the agent's caches to see it.
+			l.intercept = func(req *http.Request, obj string) *http.Response {
+				if req.Method != http.MethodPatch || obj != "daemonsets "+ns+"/web" {
+					return nil
+				}
+				if rolledOutAt.Load() == 0 && restartRolledOut(f, ns, "web") {
+					rolledOutAt.Store(time.Now().UnixNano())
+				}
+				if at := rolledOutAt.Load(); at == 0 || time.Since(time.Unix(0, at)) < time.Second {
+					conflicts.Add(1)
+					return apiError(http.StatusConflict, "Conflict", "the object has been modified; please apply your changes to the latest version and try again")
+				}
+				return nil
+			}
+		}))
+		st := waitForPhaseOrPause(f, ns, canary.PhaseCompleted, time.Minute)
+		r.stop()
+		require.Equal(t, canary.PhaseCompleted, st.Phase, st.Reason)
+		assert.Equal(t, "moved 2 workloads to 1-26 in 1 waves", st.Reason)
+		assert.Positive(t, conflicts.Load(), "the DaemonSet's patch met a conflict")
+		assert.Equal(t, map[string]int{"deployments " + ns + "/web": 1}, log.patches("deployments "+ns+"/"))
+		assert.Equal(t, map[string]int{"daemonsets " + ns + "/web": 1}, log.patches("daemonsets "+ns+"/"),
+			"restarted once: its patch that met the conflict changed nothing")
+		for _, e := range eventsFor(f, "DaemonSet", ns, "web") {
+			assert.False(t, strings.HasPrefix(e, "TemplateReverted: "), e)
+		}
+		_, pods := f.WaitForDaemonSetRolledOut(ns, "web")
+		f.Then().PodsInjectedBy("1-26", pods)
+		t.Logf("%d conflicts answered", conflicts.Load())
+	})
+
+	t.Run("a ReplicaSet that names a Deployment it does not belong to holds none of its rollout", func(t *testing.T) {
+		f := shared.For(t)
+		const ns = "impostor"
+		f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, nil).
+			Deployment(ns, "api", fixture.Replicas(1), fixture.Annotations(map[string]string{canary.AnnotationReadinessTimeout: "20s"})).RolledOut(ns)
+		// Its controller reference names a Deployment api of another API,
+		// which the garbage collector cannot resolve and leaves alone; its
+		// pod runs the source's proxy, of no template of api's.
+		template := fixture.NewPodTemplate("impostor")
+		rs := &appsv1.ReplicaSet{
+			ObjectMeta: metav1.ObjectMeta{Name: "api-impostor", Namespace: ns, OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "example.com/v1", Kind: "Deployment", Name: "api", UID: "7d0c4a4e-1b2f-4c1e-9d7a-2f3b5c6d7e8f", Controller: ptr.To(true)}}},
+			Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "impostor"}}, Template: template},
+		}
+		_, err := f.Client.AppsV1().ReplicaSets(ns).Create(f.Ctx, rs, metav1.CreateOptions{})
+		require.NoError(t, err)
+		f.Eventually("the impostor's pod to run", func() (bool, string) {
+			pods := f.Pods(ns, map[string]string{"app": "impostor"})
+			return len(pods) == 1 && fixture.PodReady(pods[0]), fmt.Sprint(len(pods))
+		})
+		counter := newAPICounter()
+		optIn(f, ns, "1-26", 10)
+		a := startAgent(t, f, testConfig(f), counter, "agent-"+ns)
+		st := waitForPhaseOrPause(f, ns, canary.PhaseCompleted, time.Minute, canary.PhaseRollingBack, canary.PhaseRolledBack)
+		a.Kill()
+		require.Equal(t, canary.PhaseCompleted, st.Phase, st.Reason)
+		assert.Equal(t, "moved 1 workloads to 1-26 in 1 waves", st.Reason)
+		assert.Equal(t, []canary.Exclusion{{Workload: "ReplicaSet/api-impostor",
+			Reason: "1 running pod carries a proxy of 1-25: no Deployment owns this ReplicaSet, so nothing restarts its pods: it needs a person"}}, st.Unmovable)
+		assert.Equal(t, 1, counter.get("PATCH deployments "+ns+"/api"))
+		f.Then().PodsOnRevision(ns, "api", "1-26")
+		_, err = f.Client.AppsV1().ReplicaSets(ns).Get(f.Ctx, "api-impostor", metav1.GetOptions{})
+		require.NoError(t, err, "the impostor stayed all along")
+	})
 }
 
 // denyRestarts installs a ValidatingAdmissionPolicy that refuses any change
@@ -293,6 +379,39 @@ func denyRestarts(f *fixture.Fixture, ns, reason string) {
 		_, err := f.Client.AppsV1().Deployments(ns).Patch(f.Ctx, "api", types.MergePatchType, []byte(patch), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
 		return err != nil, fmt.Sprint(err)
 	})
+}
+
+// waitForPhaseOrPause waits until the namespace's status reaches phase, or
+// is Paused or in one of the phases also given, and returns it: a
+// scenario that must not pause fails at once rather than at its timeout.
+func waitForPhaseOrPause(f *fixture.Fixture, ns string, phase canary.Phase, timeout time.Duration, also ...canary.Phase) *canary.Status {
+	f.T.Helper()
+	var st *canary.Status
+	f.EventuallyWithin(fmt.Sprintf("namespace %s to be %s (or %s, %v)", ns, phase, canary.PhasePaused, also), timeout, func() (bool, string) {
+		st = status(f, ns)
+		if st == nil {
+			return false, "no status"
+		}
+		return st.Phase == phase || st.Phase == canary.PhasePaused || slices.Contains(also, st.Phase),
+			fmt.Sprintf("phase %s, wave %d/%d, reason %q", st.Phase, st.Wave, st.TotalWaves, st.Reason)
+	})
+	return st
+}
+
+// restartRolledOut reports whether a ReplicaSet of the Deployment carries
+// a restart stamp in its template: its controller rolled a restart out.
+func restartRolledOut(f *fixture.Fixture, ns, deployment string) bool {
+	list, err := f.Client.AppsV1().ReplicaSets(ns).List(f.Ctx, metav1.ListOptions{})
+	if err != nil {
+		return false
+	}
+	for _, rs := range list.Items {
+		if owner := metav1.GetControllerOf(&rs); owner != nil && owner.Kind == "Deployment" && owner.Name == deployment &&
+			rs.Spec.Template.Annotations[canary.AnnotationRestartedAt] != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // editStatus rewrites a namespace's status JSON as a person would.

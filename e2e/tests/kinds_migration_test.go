@@ -1,7 +1,9 @@
 package tests
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"slices"
@@ -28,7 +30,9 @@ import (
 func TestEveryWorkloadKindMigrates(t *testing.T) {
 	f := fixture.New(t, world.Options{NoPrometheus: true, RunTime: 500 * time.Millisecond})
 	cfg := testConfig(f)
-	cfg.Concurrency = 5
+	// Every namespace of the subtests at once; those that end paused keep
+	// their slot.
+	cfg.Concurrency = 8
 	counter := newAPICounter()
 	startAgent(t, f, cfg, counter, "agent-kinds")
 
@@ -231,6 +235,96 @@ kinds      Pod/debug        1     cannot  a bare Pod has no controller to create
 		f.Then().PodsInjectedBy("1-25", pods)
 		assert.Equal(t, 2, counter.get("PATCH statefulsets "+ns+"/cache"), "the move and its rollback")
 	})
+
+	t.Run("an OnDelete StatefulSet its budget holds fails its wave with a reason that names the budget", func(t *testing.T) {
+		t.Parallel()
+		f := f.For(t)
+		const ns = "budget"
+		sts := fixture.NewStatefulSet(ns, "db", 3, appsv1.OnDeleteStatefulSetStrategyType)
+		sts.Annotations = map[string]string{canary.AnnotationReadinessTimeout: "10s"}
+		pdb := fixture.NewPodDisruptionBudget(ns, "db", 0)
+		pdb.Name = "db-pdb"
+		f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, map[string]string{canary.AnnotationFailurePolicy: string(canary.PolicyPause)}).
+			StatefulSet(sts).PodDisruptionBudget(pdb)
+		_, before := f.WaitForStatefulSetRolledOut(ns, "db")
+		f.Eventually("budget db-pdb to allow no disruption of 3 healthy pods", func() (bool, string) {
+			b, err := f.Client.PolicyV1().PodDisruptionBudgets(ns).Get(f.Ctx, "db-pdb", metav1.GetOptions{})
+			require.NoError(t, err)
+			s := b.Status
+			return s.ObservedGeneration == b.Generation && s.DesiredHealthy == 3 && s.CurrentHealthy == 3 && s.DisruptionsAllowed == 0, fmt.Sprintf("%+v", s)
+		})
+		optIn(f, ns, "1-26", 50)
+		st := waitForPhase(f, ns, canary.PhasePaused, 2*time.Minute)
+		failure := "StatefulSet/db did not roll out within 10s: 0 of 3 replicas updated; PodDisruptionBudget db-pdb refused to evict pod db-2: " +
+			"Cannot evict pod as it would violate the pod's disruption budget. The disruption budget db-pdb needs 3 healthy pods and has 3 currently (429 TooManyRequests)"
+		require.Equal(t, "wave 1 failed: rollout fail: "+failure+"; paused by failure policy Pause", st.Reason)
+		require.Len(t, st.Failures, 1)
+		assert.Equal(t, failure, st.Failures[0].Reason)
+		evs := eventsFor(f, "StatefulSet", ns, "db")
+		assert.True(t, slices.ContainsFunc(evs, func(e string) bool {
+			return strings.HasPrefix(e, "EvictionWaiting: pod db-2 waits for PodDisruptionBudget db-pdb to allow an eviction: Cannot evict pod")
+		}), "%q", evs)
+		assert.Equal(t, 1, counter.get("PATCH statefulsets "+ns+"/db"))
+		assert.Equal(t, uids(before), uids(f.Pods(ns, map[string]string{"app": "db"})), "no pod went")
+	})
+
+	t.Run("a StatefulSet and a DaemonSet replaced whole from git mid-wave are reported and never restarted twice", func(t *testing.T) {
+		t.Parallel()
+		argo := map[string]string{"app": "db", canary.LabelArgoInstance: "shop"}
+		sts := fixture.NewStatefulSet("healed-sts", "db", 2, appsv1.RollingUpdateStatefulSetStrategyType)
+		sts.Labels = argo
+		ds := fixture.NewDaemonSet("healed-ds", "db")
+		ds.Labels = argo
+		for _, tc := range []struct {
+			ns, resource, kind, described string
+			create                        func(*fixture.Fixture)
+		}{
+			{"healed-sts", "statefulsets", "StatefulSet", "statefulset db", func(f *fixture.Fixture) {
+				f.Given().StatefulSet(sts)
+				f.WaitForStatefulSetRolledOut("healed-sts", "db")
+			}},
+			{"healed-ds", "daemonsets", "DaemonSet", "daemonset db", func(f *fixture.Fixture) {
+				f.Given().DaemonSet(ds)
+				f.WaitForDaemonSetRolledOut("healed-ds", "db")
+			}},
+		} {
+			t.Run(tc.kind, func(t *testing.T) {
+				t.Parallel()
+				f := f.For(t)
+				f.Given().Namespace(tc.ns, map[string]string{mesh.LabelRev: "1-25"}, nil)
+				tc.create(f)
+				// Its new pods never get ready: the wave stays in flight.
+				release := holdNew(f, tc.ns, "db")
+				t.Cleanup(release)
+				optIn(f, tc.ns, "1-26", 50)
+				var stamp string
+				f.Eventually("the move's restart recorded in a ControllerRevision", func() (bool, string) {
+					stamp = templateStamp(f, tc.resource, tc.ns, "db")
+					return stamp != "" && revisionStamped(f, tc.ns, tc.kind, "db", stamp), stamp
+				})
+				// The agent's caches see the revision; then a self-heal
+				// replaces the object from git, without meshwave's keys.
+				time.Sleep(time.Second)
+				replaceFromGit(f, tc.resource, tc.ns, "db")
+				f.Eventually("a pause or a second restart", func() (bool, string) {
+					st := status(f, tc.ns)
+					if st == nil {
+						return false, "no status"
+					}
+					return st.Phase == canary.PhasePaused || counter.get("PATCH "+tc.resource+" "+tc.ns+"/db") > 1, st.Reason
+				})
+				st := status(f, tc.ns)
+				require.Equal(t, canary.PhasePaused, st.Phase, "%s restarted %d times", tc.described, counter.get("PATCH "+tc.resource+" "+tc.ns+"/db"))
+				assert.Equal(t, "wave 1 paused: the move of "+tc.described+" was undone by Argo CD application shop", st.Reason)
+				waitForEvent(f, tc.kind, tc.ns, "db", "TemplateReverted: "+tc.described+" was restarted in wave 1 (a ControllerRevision carries its stamp "+stamp+
+					"), then Argo CD application shop put its template back and removed its meshwave.io/move record: meshwave does not restart it again on its own. "+
+					"Add meshwave's keys to the application's ignoreDifferences with the RespectIgnoreDifferences=true sync option; then remove meshwave.io/paused to move it again, or set meshwave.io/skip on it")
+				time.Sleep(2 * time.Second)
+				assert.Equal(t, 1, counter.get("PATCH "+tc.resource+" "+tc.ns+"/db"), "restarted once, its replacement from git notwithstanding")
+				assert.Equal(t, "", templateStamp(f, tc.resource, tc.ns, "db"), "the template stays as git has it")
+			})
+		}
+	})
 }
 
 // runCLIExit runs the meshwave binary against the world and returns its
@@ -248,4 +342,66 @@ func runCLIExit(t *testing.T, f *fixture.Fixture, args ...string) (string, int) 
 	}
 	require.NoError(t, err, "meshwave %v: %s", args, stderr.String())
 	return string(out), 0
+}
+
+// templateStamp is the restart stamp of a StatefulSet's or DaemonSet's
+// template, "" when it has none.
+func templateStamp(f *fixture.Fixture, resource, ns, name string) string {
+	f.T.Helper()
+	var template corev1.PodTemplateSpec
+	switch resource {
+	case "statefulsets":
+		s, err := f.Client.AppsV1().StatefulSets(ns).Get(f.Ctx, name, metav1.GetOptions{})
+		require.NoError(f.T, err)
+		template = s.Spec.Template
+	default:
+		d, err := f.Client.AppsV1().DaemonSets(ns).Get(f.Ctx, name, metav1.GetOptions{})
+		require.NoError(f.T, err)
+		template = d.Spec.Template
+	}
+	return template.Annotations[canary.AnnotationRestartedAt]
+}
+
+// revisionStamped reports whether a ControllerRevision of kind/name holds a
+// template restarted at stamp.
+func revisionStamped(f *fixture.Fixture, ns, kind, name, stamp string) bool {
+	f.T.Helper()
+	list, err := f.Client.AppsV1().ControllerRevisions(ns).List(f.Ctx, metav1.ListOptions{})
+	require.NoError(f.T, err)
+	for _, r := range list.Items {
+		owner := metav1.GetControllerOf(&r)
+		if owner == nil || owner.Kind != kind || owner.Name != name {
+			continue
+		}
+		var data struct {
+			Spec struct {
+				Template corev1.PodTemplateSpec `json:"template"`
+			} `json:"spec"`
+		}
+		if json.Unmarshal(r.Data.Raw, &data) == nil && data.Spec.Template.Annotations[canary.AnnotationRestartedAt] == stamp {
+			return true
+		}
+	}
+	return false
+}
+
+// replaceFromGit stands in for a GitOps self-heal that replaces a
+// StatefulSet or DaemonSet whole from git: its annotations and its
+// template's as git has them, which is without any.
+func replaceFromGit(f *fixture.Fixture, resource, ns, name string) {
+	f.T.Helper()
+	switch resource {
+	case "statefulsets":
+		s, err := f.Client.AppsV1().StatefulSets(ns).Get(f.Ctx, name, metav1.GetOptions{})
+		require.NoError(f.T, err)
+		s.Annotations, s.Spec.Template.Annotations = nil, nil
+		_, err = f.Client.AppsV1().StatefulSets(ns).Update(f.Ctx, s, metav1.UpdateOptions{FieldManager: "argocd-controller"})
+		require.NoError(f.T, err)
+	default:
+		d, err := f.Client.AppsV1().DaemonSets(ns).Get(f.Ctx, name, metav1.GetOptions{})
+		require.NoError(f.T, err)
+		d.Annotations, d.Spec.Template.Annotations = nil, nil
+		_, err = f.Client.AppsV1().DaemonSets(ns).Update(f.Ctx, d, metav1.UpdateOptions{FieldManager: "argocd-controller"})
+		require.NoError(f.T, err)
+	}
 }
