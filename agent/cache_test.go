@@ -181,9 +181,9 @@ func TestTheCachesKeepWhatMeshwaveReads(t *testing.T) {
 		assert.Equal(t, podsByName(want), podsByName(got), name)
 	}
 	sizes := canary.WaveSizes{CanarySize: 1, BatchSize: 5}
-	want, err := whole.Holders("istio-system", sizes, func(string) bool { return true })
+	want, err := whole.Holders("istio-system", canary.Config{Sizes: sizes}, func(string) bool { return true })
 	require.NoError(t, err)
-	got, err := slim.Holders("istio-system", sizes, func(string) bool { return true })
+	got, err := slim.Holders("istio-system", canary.Config{Sizes: sizes}, func(string) bool { return true })
 	require.NoError(t, err)
 	assert.Equal(t, want, got)
 }

@@ -143,7 +143,7 @@ func New(opts Options) (*Controller, error) {
 		c.metrics = NewMetrics(opts.Registerer, c.caches, c.clock)
 		c.metrics.state.progress = &c.progress
 		c.metrics.state.windows = c.decisions.MaintenanceWindows
-		opts.Registerer.MustRegister(NewHoldersCollector(c.caches, opts.Config.RootNamespace, c.decisions.Sizes))
+		opts.Registerer.MustRegister(NewHoldersCollector(c.caches, opts.Config.RootNamespace, c.decisions))
 	}
 	c.tracer = NewTracer(opts.TracerProvider)
 	if c.recorder == nil {

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,7 +28,7 @@ func HoldersNow(ctx context.Context, client kubernetes.Interface, md metadata.In
 	if !caches.WaitForSync() {
 		return canary.Holders{}, errors.New("informer caches did not sync")
 	}
-	all, err := caches.Holders(cfg.RootNamespace, cfg.Decisions().Sizes, func(rev string) bool { return rev == revision })
+	all, err := caches.Holders(cfg.RootNamespace, cfg.Decisions(), func(rev string) bool { return rev == revision })
 	if err != nil {
 		return canary.Holders{}, err
 	}
@@ -48,7 +49,9 @@ func HoldersNow(ctx context.Context, client kubernetes.Interface, md metadata.In
 // Holders classifies the pods of every revision wants accepts, from the
 // caches: one pass over the pods, owners resolved through the ReplicaSet
 // and Job caches, and each opted-in namespace that holds one planned once.
-func (c *Caches) Holders(rootNamespace string, sizes canary.WaveSizes, wants func(revision string) bool) (map[string]canary.Holders, error) {
+// decisions is the configuration the namespaces' decisions read them with
+// (Config.Decisions): the plans are those of the same readings.
+func (c *Caches) Holders(rootNamespace string, decisions canary.Config, wants func(revision string) bool) (map[string]canary.Holders, error) {
 	pods, err := c.Pods.List(labels.Everything())
 	if err != nil {
 		return nil, err
@@ -71,7 +74,7 @@ func (c *Caches) Holders(rootNamespace string, sizes canary.WaveSizes, wants fun
 	if len(byRevision) == 0 {
 		return map[string]canary.Holders{}, nil
 	}
-	nsInfo, mesh, err := c.holderNamespaces(byRevision, rootNamespace, sizes)
+	nsInfo, mesh, err := c.holderNamespaces(byRevision, rootNamespace, decisions)
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +118,8 @@ func holderRevisions(pods []*CachedPod, wants func(revision string) bool) ([]str
 // DaemonSet of it holds a live pod off its target revision: the others'
 // holders need its target and status only, which a plan of no workload
 // gives, so a cluster whose migrations are over scrapes cheaply.
-func (c *Caches) holderNamespaces(byRevision map[string][]canary.HolderPod, rootNamespace string, sizes canary.WaveSizes) (map[string]canary.HolderNamespace, canary.Mesh, error) {
+func (c *Caches) holderNamespaces(byRevision map[string][]canary.HolderPod, rootNamespace string, decisions canary.Config) (map[string]canary.HolderNamespace, canary.Mesh, error) {
+	now := time.Now()
 	mesh, err := c.mesh(rootNamespace)
 	if err != nil {
 		return nil, mesh, err
@@ -137,6 +141,8 @@ func (c *Caches) holderNamespaces(byRevision map[string][]canary.HolderPod, root
 			if _, ok := ns.Annotations[canary.AnnotationTargetRevision]; ok {
 				st, _, err := canary.ParseStatus(ns.Annotations)
 				in := canary.PlanInput{Snapshot: canary.Snapshot{Namespace: canary.Namespace{Name: ns.Name, Labels: ns.Labels, Annotations: ns.Annotations}, Mesh: mesh}, Status: st, StatusErr: err}
+				reading := canary.Read(in.Snapshot, st, err, decisions, now)
+				in.Reading = &reading
 				inputs[ns.Name] = in
 				light = append(light, in)
 			}
@@ -144,7 +150,7 @@ func (c *Caches) holderNamespaces(byRevision map[string][]canary.HolderPod, root
 		}
 	}
 	targets := map[string]string{}
-	for _, p := range canary.PlanWaves(light, sizes) {
+	for _, p := range canary.PlanWaves(light, decisions.Sizes) {
 		h := out[p.Namespace]
 		h.Plan = &p
 		out[p.Namespace] = h
@@ -171,9 +177,11 @@ func (c *Caches) holderNamespaces(byRevision map[string][]canary.HolderPod, root
 			return nil, mesh, err
 		}
 		in.Snapshot.Workloads = ws
+		reading := canary.Read(in.Snapshot, in.Status, in.StatusErr, decisions, now)
+		in.Reading = &reading
 		planned = append(planned, in)
 	}
-	for _, p := range canary.PlanWaves(planned, sizes) {
+	for _, p := range canary.PlanWaves(planned, decisions.Sizes) {
 		h := out[p.Namespace]
 		h.Plan = &p
 		out[p.Namespace] = h

@@ -35,7 +35,7 @@ func BenchmarkHoldersScrapeAfterTheMigrations(b *testing.B) {
 
 func benchmarkScrape(b *testing.B, caches *Caches) {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(NewHoldersCollector(caches, "istio-system", canary.WaveSizes{CanarySize: 1, BatchSize: 5}))
+	reg.MustRegister(NewHoldersCollector(caches, "istio-system", canary.Config{Sizes: canary.WaveSizes{CanarySize: 1, BatchSize: 5}}))
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

@@ -147,7 +147,7 @@ func TestWithoutTheJobsCacheACronJobsPodIsNamedByItsJob(t *testing.T) {
 	objs, _ := aMixedCluster()
 	caches := NewCaches(fake.NewClientset(objs...), 0, nil)
 	startCaches(t, caches)
-	all, err := caches.Holders("istio-system", canary.WaveSizes{}, func(rev string) bool { return rev == "1-25" })
+	all, err := caches.Holders("istio-system", canary.Config{}, func(rev string) bool { return rev == "1-25" })
 	require.NoError(t, err)
 	assert.Contains(t, holderRows(all["1-25"].Holders), "batch Job/nightly-29120 cannot job nightly-29120-x7k2p")
 	assert.NotContains(t, all, "1-26", "only the revisions asked for")
@@ -179,7 +179,7 @@ func TestTheHoldersMetricCountsPodsByRevisionAndReason(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "nightly-29120", Namespace: "batch", OwnerReferences: owned("batch/v1", "CronJob", "nightly")}},
 		job, "a Job is cached as its name and owners only")
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(NewHoldersCollector(caches, "istio-system", canary.WaveSizes{}))
+	reg.MustRegister(NewHoldersCollector(caches, "istio-system", canary.Config{}))
 
 	var want strings.Builder
 	want.WriteString("# HELP meshwave_revision_holders Pods injected by a revision, by reason code: running its proxy (will_move, moving, cronjob, job, bare_pod, not_opted_in, ...) or finished (pod_succeeded, pod_failed). Every installed revision and every revision a pod carries has a series per code, 0 included.\n# TYPE meshwave_revision_holders gauge\n")

@@ -396,13 +396,13 @@ var holdersDesc = prometheus.NewDesc("meshwave_revision_holders",
 type holdersCollector struct {
 	caches        *Caches
 	rootNamespace string
-	sizes         canary.WaveSizes
+	decisions     canary.Config
 }
 
 // NewHoldersCollector builds the collector of meshwave_revision_holders.
 // Like the namespace state, every replica reports it from its own caches.
-func NewHoldersCollector(caches *Caches, rootNamespace string, sizes canary.WaveSizes) prometheus.Collector {
-	return &holdersCollector{caches: caches, rootNamespace: rootNamespace, sizes: sizes}
+func NewHoldersCollector(caches *Caches, rootNamespace string, decisions canary.Config) prometheus.Collector {
+	return &holdersCollector{caches: caches, rootNamespace: rootNamespace, decisions: decisions}
 }
 
 func (c *holdersCollector) Describe(ch chan<- *prometheus.Desc) { ch <- holdersDesc }
@@ -413,7 +413,7 @@ func (c *holdersCollector) Collect(ch chan<- prometheus.Metric) {
 	if !c.caches.Synced() {
 		return
 	}
-	all, err := c.caches.Holders(c.rootNamespace, c.sizes, func(string) bool { return true })
+	all, err := c.caches.Holders(c.rootNamespace, c.decisions, func(string) bool { return true })
 	if err != nil {
 		return
 	}

@@ -149,7 +149,9 @@ func (r *Reading) continuation(st *Status) (Continuation, bool) {
 			continue
 		}
 		if cur := m.current(st.RetriedAt); len(cur.Back) > 0 {
-			why := fmt.Sprintf("the status (%s) does not know the rollback on record of migration %s", st.Phase, m.ID)
+			// Taken once admitted, from Pending (after a resume or an
+			// unblock too).
+			why := fmt.Sprintf("the status (%s) does not know the rollback on record of migration %s", PhasePending, m.ID)
 			return r.continueWith(st, cur, EventWarning, "StatusAdopted", why), true
 		}
 		m.Back = nil

@@ -565,3 +565,48 @@ func TestAMigrationContinuedFromItsRecordsWritesAStatusThatReadsBack(t *testing.
 	s.decide(s.gates()) // fails inside when the status written does not read back
 	require.Equal(t, 1, s.status.Wave)
 }
+
+// restoredPendingOverARollback plays a wave 2 that fails and is being
+// rolled back, then puts back the Pending status the namespace had while
+// it waited for its slot (a GitOps re-sync of an old manifest).
+func restoredPendingOverARollback(t *testing.T, pausedBeforeTheStart bool) *sim {
+	s := newSim(t, deploy("a"), deploy("b"), deploy("c"))
+	s.cfg.Sizes = WaveSizes{CanarySize: 1, BatchSize: 2}
+	if pausedBeforeTheStart {
+		s.snap.Namespace.Annotations[AnnotationPaused] = "true"
+	} else {
+		s.snap.Peers = []Peer{{Name: "cart", Priority: 1, Phase: PhaseMigrating, HoldsSlot: true}}
+	}
+	s.decide(nil)
+	require.Equal(t, 0, s.status.Wave)
+	waiting, err := s.status.Encode()
+	require.NoError(t, err)
+	delete(s.snap.Namespace.Annotations, AnnotationPaused)
+	s.snap.Peers = nil
+	s.decide(nil) // wave 1: a
+	s.rollOut("1-26", "a")
+	s.decide(s.gates())
+	s.now = s.now.Add(time.Minute)
+	s.decide(nil) // wave 2: b, c
+	s.decide(failRollout("b", "b did not roll out"))
+	require.Equal(t, PhaseRollingBack, s.status.Phase)
+	s.raw, s.status = &waiting, nil
+	s.now = s.now.Add(time.Minute)
+	return s
+}
+
+// A rollback on record continued after a resume says it went on from
+// Pending, the phase the migration is continued from.
+func TestARollbackOnRecordContinuedAfterAResumeNamesThePhaseItWentOnFrom(t *testing.T) {
+	s := restoredPendingOverARollback(t, true)
+	require.Equal(t, PhasePaused, func() Phase { st, _, _ := ParseStatus(map[string]string{AnnotationStatus: *s.raw}); return st.Phase }())
+	d := s.decide(s.gates())
+	require.NotNil(t, d.Status)
+	require.Equal(t, PhaseRollingBack, d.Status.Phase)
+	why := "the status (Pending) does not know the rollback on record of migration 1-26@2026-11-29T12:00:00Z"
+	assert.Equal(t, "adopted from the Deployments' move records: "+why, d.Status.Reason)
+	assert.Equal(t, []Event{
+		{Type: EventNormal, Reason: "Resumed", Message: "meshwave.io/paused was removed; resuming at wave 0"},
+		{Type: EventWarning, Reason: "StatusAdopted", Message: why + "; continuing migration 1-26@2026-11-29T12:00:00Z at wave 2 (rollingback)"},
+	}, d.Events)
+}

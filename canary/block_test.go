@@ -179,3 +179,34 @@ func TestAStatusNamesNoTargetOnlyWhenBlockedBeforeTheFirstWave(t *testing.T) {
 	st = &Status{Phase: PhaseBlocked, BlockedKind: BlockedInvalidInput, BlockedPhase: PhaseMigrating, Wave: 1, TotalWaves: 1, StartedAt: &t0, SourceRevision: "1-25"}
 	assert.ErrorContains(t, st.Validate(), `target "" is not a revision or tag name`)
 }
+
+// A target that is not a name keeps the status where it stands; one that
+// is lost or cannot be read is rebuilt from the newest migration on
+// record, so a namespace half-way (wave 2 restarted, its label on the
+// target) is blocked where it stands, and holds its slot.
+func TestAnInvalidTargetOnANamespaceWhoseStatusIsGoneMidWayKeepsItsSlot(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		lose func(s *sim)
+	}{
+		{"lost", func(s *sim) { s.status = nil }},
+		{"unreadable", func(s *sim) {
+			raw := "{"
+			s.raw, s.status = &raw, nil
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := toWave2(t)
+			c.lose(s)
+			s.snap.Namespace.Annotations[AnnotationTargetRevision] = ""
+			assert.True(t, shopPeer(t, s).HoldsSlot, "its peers read it as holding no slot")
+
+			d := s.decide(nil)
+			require.NotNil(t, d.Status)
+			assert.Equal(t, PhaseBlocked, d.Status.Phase)
+			assert.Equal(t, 2, d.Status.Wave, "blocked where it stands: wave 2 is on record")
+			assert.True(t, d.Status.HoldsSlot(), "the status written holds no slot")
+			assert.True(t, shopPeer(t, s).HoldsSlot, "once written, its peers read it as holding no slot")
+		})
+	}
+}

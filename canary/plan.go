@@ -242,18 +242,27 @@ func (plan *NamespacePlan) place(w parsedWorkload, targetRevision, migration str
 // in (Config.WithDefaults).
 func planRemaining(ns string, set workloadSet, st *Status, sizes WaveSizes) NamespacePlan {
 	p := planNamespace(ns, set, st.TargetRevision, st.MigrationID(), st.Wave, sizes)
-	if len(st.Workloads) == 0 {
-		return p
-	}
 	// A planned workload can be a member only if its meshwave.io/wave
 	// value is a member's: comparing the values first spares hashing the
 	// name of every workload of a large plan.
 	members, values := map[string]bool{}, map[int]bool{}
+	add := func(w parsedWorkload) {
+		members[w.Name], values[w.settings.Wave] = true, true
+	}
 	for _, m := range st.Workloads {
-		members[m.Name] = true
 		if w, ok := set.find(m.Name); ok {
-			values[w.settings.Wave] = true
+			add(w)
 		}
+	}
+	if st.rollingBack() {
+		// What a rollback returns is on its way back, not waiting for a
+		// wave, whether the status lists it (at most maxListed) or not.
+		for _, w := range rollbackMembers(set, st) {
+			add(w)
+		}
+	}
+	if len(members) == 0 {
+		return p
 	}
 	member := func(x Planned) bool { return values[x.Group] && members[x.Name] }
 	var waves [][]Planned
@@ -324,6 +333,10 @@ func planOf(r *Reading, sizes WaveSizes) NamespacePlan {
 	st := &Status{Target: settings.Target, TargetRevision: r.Revision}
 	if rs := r.Status; !r.Retargeted && rs.Target == settings.Target && rs.TargetRevision == r.Revision && !terminal(rs.Phase) {
 		st = rs
+	}
+	if c := r.Continuation; c != nil && st.Wave == 0 {
+		// Admitted, the namespace continues the migration on record.
+		st = c.Status
 	}
 	p := planRemaining(ns, r.records(), st, sizes)
 	p.TargetRevision = r.Revision

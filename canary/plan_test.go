@@ -2,6 +2,7 @@ package canary
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -204,4 +205,43 @@ func TestTheStatusCountsEveryKindApart(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `kinds "Job" is not Deployment, StatefulSet or DaemonSet`)
 	assert.Contains(t, err.Error(), "kinds.StatefulSet.moved")
+}
+
+// A namespace that waits for a slot to continue a migration on record
+// (its target removed half-way and set again) is planned as it runs once
+// admitted: it goes on at wave 2 with b and c, then moves d and e in wave
+// 3, not a fresh migration's canary.
+func TestThePlanOfANamespaceWaitingToContinueItsMigrationIsTheOneItRuns(t *testing.T) {
+	s := newSim(t, deploy("a"), deploy("b"), deploy("c"), deploy("d"), deploy("e"))
+	s.cfg.Sizes = WaveSizes{CanarySize: 1, BatchSize: 2}
+	s.decide(nil)
+	s.rollOut("1-26", "a")
+	s.decide(s.gates())
+	s.now = s.now.Add(time.Minute)
+	s.decide(nil) // wave 2: b, c restarted
+	require.Equal(t, 2, s.status.Wave)
+	delete(s.snap.Namespace.Annotations, AnnotationTargetRevision)
+	s.decide(nil)
+	require.Equal(t, PhaseStopped, s.status.Phase)
+
+	s.snap.Namespace.Annotations[AnnotationTargetRevision] = "1-26"
+	s.snap.Peers = []Peer{{Name: "blog", Priority: 1, Phase: PhaseMigrating, HoldsSlot: true}}
+	s.decide(nil)
+	require.Equal(t, PhasePending, s.status.Phase)
+	plan := func() NamespacePlan {
+		r := Read(s.snap, s.status, nil, s.cfg, s.now)
+		return PlanWaves([]PlanInput{{Snapshot: s.snap, Status: s.status, Reading: &r}}, s.cfg.Sizes)[0]
+	}
+	waiting := plan()
+
+	s.snap.Peers = nil
+	s.decide(nil)
+	require.Equal(t, PhaseMigrating, s.status.Phase)
+	require.Equal(t, 2, s.status.Wave, "the migration on record goes on at wave 2")
+	running := plan()
+	require.Equal(t, 3, running.FirstWave())
+	require.Equal(t, [][]string{{"d", "e"}}, waveNames(running))
+
+	assert.Equal(t, running.FirstWave(), waiting.FirstWave(), "the waves are numbered as the decision will run them")
+	assert.Equal(t, waveNames(running), waveNames(waiting), "the plan names the waves the decision will run")
 }

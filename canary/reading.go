@@ -118,8 +118,10 @@ func Read(snap Snapshot, recorded *Status, statusErr error, cfg Config, now time
 			r.Continuation = &c
 		}
 	}
-	r.Errors, r.ignored = windowErrorsDuringRollback(r.Status, r.Settings, r.Errors)
-	if len(r.Errors) == 0 && !r.Resolved {
+	r.Errors, r.ignored = windowErrorsNotGoingForward(r.Status, r.Continuation, r.Settings, r.Errors)
+	if len(r.Errors) == 0 && !r.Resolved && !r.Retargeted {
+		// A rollback kept before a new target runs to its end whatever
+		// the new target names; once it ended, the target blocks.
 		r.Errors = append(r.Errors, unresolvedTarget(snap.Namespace.Name, r.Settings.Target))
 	}
 	return r
@@ -132,11 +134,14 @@ func (r *Reading) settle(resolve func(string) (string, bool), peer bool) {
 	prev, settings := r.Recorded, r.Settings
 	if r.targetInvalid() {
 		// A target that is not a revision or tag name names no migration:
-		// the status stays as it is, to be blocked with the reason, and a
-		// namespace without one gets a status that names no target.
+		// the status stays as it is, to be blocked with the reason; one
+		// lost or unreadable is rebuilt from the newest migration on
+		// record, of whatever revision; and a namespace with neither gets
+		// a status that names no target.
 		r.Status, r.Standing = prev.DeepCopy(), StandingKept
 		if r.Status == nil {
 			r.Status, r.Standing = &Status{Phase: PhasePending}, StandingNew
+			r.adoptNewest()
 		}
 		return
 	}
@@ -288,6 +293,31 @@ func (r *Reading) adoptIfNeeded(rev string, keeps bool, staleOf string) {
 		st.TargetRevision = rev
 		r.adopt(m, EventWarning, "StatusAdopted", "the status disagrees with the Deployments' move records: "+why)
 	}
+}
+
+// adoptNewest rebuilds a lost or unreadable status from the newest
+// migration on record, of whatever revision: the namespace's target names
+// none to go by.
+func (r *Reading) adoptNewest() {
+	if r.StatusErr != nil {
+		r.event(EventWarning, "StatusUnreadable", r.StatusErr.Error()+"; rebuilding it from the Deployments' move records")
+	}
+	var newest *migrationOnRecord
+	for _, rev := range revisionsOnRecord(r.records()) {
+		if ms := migrationsOnRecord(r.records(), rev); len(ms) > 0 && (newest == nil || ms[0].StartedAt.After(newest.StartedAt)) {
+			newest = &ms[0]
+		}
+	}
+	if newest == nil {
+		return
+	}
+	rev, _, _ := ParseMigrationID(newest.ID)
+	r.Status.Target, r.Status.TargetRevision = rev, rev
+	why := "the namespace has no status"
+	if r.StatusErr != nil {
+		why = "the status could not be read"
+	}
+	r.adopt(newest.current(nil), EventWarning, "StatusAdopted", why)
 }
 
 // records are the namespace's workloads as the move records are read from

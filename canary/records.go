@@ -62,6 +62,20 @@ func migrationsOnRecord(set workloadSet, targetRevision string) []migrationOnRec
 	return out
 }
 
+// revisionsOnRecord are the revisions the namespace's move records name a
+// migration to, in name order.
+func revisionsOnRecord(set workloadSet) []string {
+	seen := map[string]bool{}
+	for _, w := range set {
+		if r := w.record; r != nil {
+			if rev, _, ok := ParseMigrationID(r.Migration); ok {
+				seen[rev] = true
+			}
+		}
+	}
+	return slices.Sorted(maps.Keys(seen))
+}
+
 // recordConflict says why a status that started a migration cannot be
 // decided from, or "" when the records agree with it. The records win
 // when they show:

@@ -106,6 +106,12 @@ func rollsBackFirst(st *Status, settings NamespaceSettings) bool {
 	return st != nil && st.Target != settings.Target && undoing(st, settings)
 }
 
+// rollingBack reports whether s is of a rollback under way, or paused or
+// blocked in one.
+func (s *Status) rollingBack() bool {
+	return s.unblockedPhase() == PhaseRollingBack || s.WaveState == WaveRollingBack
+}
+
 // unblockedPhase is the phase the status is in, or was in when it was
 // blocked.
 func (s *Status) unblockedPhase() Phase {
@@ -372,9 +378,10 @@ func validateEnums(s *Status, v *statusErrors) {
 
 // validateNames checks the target and revisions. A status names no target
 // only when the namespace's target annotation is not a name at all and no
-// migration had started: it is blocked for that, before its first wave.
+// migration had started: it is blocked for that before its first wave, or
+// stopped there once the annotation was removed.
 func validateNames(s *Status, v *statusErrors) {
-	noTarget := s.Target == "" && s.Phase == PhaseBlocked && s.BlockedKind == BlockedInvalidInput && s.Wave == 0
+	noTarget := s.Target == "" && s.Wave == 0 && (s.Phase == PhaseBlocked && s.BlockedKind == BlockedInvalidInput || s.Phase == PhaseStopped)
 	if !noTarget && (s.Target == "" || len(validation.IsValidLabelValue(s.Target)) > 0) {
 		v.bad("target", fmt.Sprintf("%q", s.Target), "a revision or tag name")
 	}
@@ -477,16 +484,33 @@ func validateTimes(s *Status, v *statusErrors) {
 	}
 }
 
-// validatePhase checks what each phase relies on.
+// validatePhase checks what each phase relies on. A blocked status is
+// checked as the phase it goes back to once unblocked, too: a decision
+// takes it there.
 func validatePhase(s *Status, v *statusErrors) {
-	switch s.Phase {
+	phase := s.Phase
+	switch {
+	case s.Phase == PhaseBlocked:
+		validateBlocked(s, v)
+		if s.BlockedPhase != "" {
+			phase = s.BlockedPhase
+		}
+	case s.BlockedPhase != "":
+		v.bad("blockedPhase", fmt.Sprintf("%q while %s", s.BlockedPhase, s.Phase), "empty unless Blocked")
+	}
+	switch phase {
 	case PhaseMigrating, PhaseAnalyzing:
 		if s.Wave == 0 || (s.WaveState != WaveVerifying && s.WaveState != WavePassed) {
-			v.bad("waveState", fmt.Sprintf("%q at wave %d", s.WaveState, s.Wave), "Verifying or Passed at a wave of 1 or more while "+string(s.Phase))
+			v.bad("waveState", fmt.Sprintf("%q at wave %d", s.WaveState, s.Wave), "Verifying or Passed at a wave of 1 or more while "+string(phase))
 		}
 	case PhaseRollingBack:
 		if s.Wave == 0 || s.WaveState != WaveRollingBack || s.Rollback == RollbackNone {
 			v.bad("waveState", fmt.Sprintf("%q, rollback %q at wave %d", s.WaveState, s.Rollback, s.Wave), "RollingBack with a scope at a wave of 1 or more while RollingBack")
+		}
+	case PhasePaused:
+		// Resumed, a migration under way goes on where its wave stood.
+		if s.Wave > 0 && s.WaveState == "" {
+			v.bad("waveState", `""`, "set while Paused at a wave of 1 or more")
 		}
 	case PhasePending:
 		// Pending is before the first wave; at a later one it would start
@@ -495,22 +519,25 @@ func validatePhase(s *Status, v *statusErrors) {
 		if s.Wave > 0 {
 			v.bad("wave", s.Wave, "0 while Pending")
 		}
-	case PhaseBlocked:
-		if s.BlockedKind == "" {
-			v.bad("blockedKind", `""`, "set while Blocked")
-		}
-		if (s.BlockedPhase == "" || s.BlockedPhase == PhasePending) && s.Wave > 0 {
-			// Unblocked, it would go on as Pending (see above).
-			v.bad("blockedPhase", fmt.Sprintf("%q", s.BlockedPhase), "a phase of a migration under way while Blocked at a wave of 1 or more")
-		}
-		// Unblocked, it goes on in blockedPhase: one of a migration under
-		// way before the first wave would start a wave without admission
-		// (it holds no slot, and only Pending asks for one).
-		switch s.BlockedPhase {
-		case PhaseMigrating, PhaseAnalyzing, PhaseRollingBack:
-			if s.Wave == 0 {
-				v.bad("blockedPhase", fmt.Sprintf("%q at wave 0", s.BlockedPhase), "a phase of a migration under way only at a wave of 1 or more")
-			}
+	}
+}
+
+// validateBlocked checks what a blocked status relies on.
+func validateBlocked(s *Status, v *statusErrors) {
+	if s.BlockedKind == "" {
+		v.bad("blockedKind", `""`, "set while Blocked")
+	}
+	if (s.BlockedPhase == "" || s.BlockedPhase == PhasePending) && s.Wave > 0 {
+		// Unblocked, it would go on as Pending (see above).
+		v.bad("blockedPhase", fmt.Sprintf("%q", s.BlockedPhase), "a phase of a migration under way while Blocked at a wave of 1 or more")
+	}
+	// Unblocked, it goes on in blockedPhase: one of a migration under
+	// way before the first wave would start a wave without admission
+	// (it holds no slot, and only Pending asks for one).
+	switch s.BlockedPhase {
+	case PhaseMigrating, PhaseAnalyzing, PhaseRollingBack:
+		if s.Wave == 0 {
+			v.bad("blockedPhase", fmt.Sprintf("%q at wave 0", s.BlockedPhase), "a phase of a migration under way only at a wave of 1 or more")
 		}
 	}
 }

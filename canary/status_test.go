@@ -163,3 +163,48 @@ func TestTheStatusOfAWaveOfRefusedRestartsStaysUnderTheAnnotationLimit(t *testin
 	assert.Less(t, len(raw), 256*1024, "the Paused status is %d bytes: reason %d, %d members' reasons %d, verdict reasons %d, %d failures' reasons %d",
 		len(raw), len(d.Status.Reason), len(d.Status.Workloads), memberReasons, verdictReasons, len(d.Status.Failures), failureReasons)
 }
+
+// A status a person edited into one no decision could go on from (a
+// phase it is resumed or unblocked into whose fields it lacks) is not
+// read: the migration is rebuilt from the records, and what is written
+// reads back.
+func TestAnEditedStatusNoDecisionCouldGoOnFromIsNotRead(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		edit func(map[string]any)
+		more func(s *sim)
+	}{
+		// paused() resumes a Paused status without a wave state at wave 1
+		// into Migrating without one.
+		{"paused at a wave without a wave state", func(m map[string]any) {
+			m["phase"] = "Paused"
+			delete(m, "waveState")
+		}, nil},
+		// unblock() takes it back to Migrating with the RollingBack wave state.
+		{"blocked while migrating with a rollback's wave state", func(m map[string]any) {
+			m["phase"], m["blockedPhase"], m["blockedKind"], m["waveState"] = "Blocked", "Migrating", "InvalidInput", "RollingBack"
+		}, nil},
+		// blockInvalid() keeps the Pending status's stale blockedPhase,
+		// which Validate refuses at wave 0 once Blocked.
+		{"pending with a blocked phase of a rollback", func(m map[string]any) {
+			m["phase"], m["blockedPhase"], m["wave"] = "Pending", "RollingBack", 0
+			for _, k := range []string{"waveState", "workloads", "startedAt", "waveStartedAt", "gatesSince"} {
+				delete(m, k)
+			}
+		}, func(s *sim) { s.snap.Workloads[1].Annotations[AnnotationSkip] = "maybe" }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := newSim(t, deploy("a"), deploy("b"))
+			s.decide(nil)
+			s.editStatus(c.edit)
+			_, _, err := ParseStatus(map[string]string{AnnotationStatus: *s.raw})
+			require.Error(t, err, "a status no decision could go on from is not read")
+			if c.more != nil {
+				c.more(s)
+			}
+			d := s.decide(nil) // the sim fails the test unless what is written reads back
+			require.NotNil(t, d.Status)
+			assert.Contains(t, reasonsOf(d.Events), "StatusUnreadable")
+		})
+	}
+}

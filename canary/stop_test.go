@@ -38,3 +38,20 @@ func TestANamespaceOptedOutWhileWaitingForItsWindowStopsWithAStatusThatReadsBack
 		})
 	}
 }
+
+// The status written for a target that is not a name names no target;
+// removing the annotation stops it, still without one, and that status
+// reads back.
+func TestAStatusBlockedOnATargetThatIsNoNameReadsBackOnceTheTargetIsRemoved(t *testing.T) {
+	s := newSim(t, deploy("a"))
+	s.snap.Namespace.Annotations[AnnotationTargetRevision] = ""
+	s.decide(nil)
+	require.Equal(t, PhaseBlocked, s.status.Phase)
+	require.Empty(t, s.status.Target)
+
+	delete(s.snap.Namespace.Annotations, AnnotationTargetRevision)
+	d := Decide(Input{Snapshot: s.snap, Status: s.status, Now: s.now, Config: s.cfg, WasOptedIn: true})
+	require.NotNil(t, d.Status)
+	assert.Equal(t, PhaseStopped, d.Status.Phase)
+	assert.NoError(t, d.Status.Validate(), "meshwave writes a status it cannot read back")
+}

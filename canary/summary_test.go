@@ -64,3 +64,19 @@ func TestTheStatusOfAFailedWavesRollbackDoesNotCountItsMembersMoved(t *testing.T
 	require.Equal(t, PhaseRollingBack, d.Status.Phase)
 	assert.Zero(t, d.Status.Counts.Moved, "a failed wave 1 and is being rolled back; counts %+v", d.Status.Counts)
 }
+
+// A rollback rebuilt from the records lists no member: the workloads it
+// returns are counted once, on their way back, never as pending, and make
+// no wave of the plan.
+func TestARollbackRebuiltFromTheRecordsCountsEachWorkloadOnce(t *testing.T) {
+	s := toWave2(t)
+	s.decide(failRollout("b", "b did not roll out"))
+	require.Equal(t, PhaseRollingBack, s.status.Phase)
+	s.status = nil // lost
+	d := s.decide(nil)
+	require.NotNil(t, d.Status)
+	require.Equal(t, PhaseRollingBack, d.Status.Phase)
+	assert.Equal(t, 3, d.Status.Counts.Total, "3 workloads: %+v", d.Status.Counts)
+	assert.Equal(t, 0, d.Status.Counts.Pending, "b and c are being returned, not waiting for a wave")
+	assert.Equal(t, 2, d.Status.TotalWaves)
+}

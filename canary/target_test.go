@@ -664,3 +664,28 @@ func TestARollbackStatusPutBackOverANewTargetGoesByTheRecords(t *testing.T) {
 		})
 	}
 }
+
+// A rollback under way runs to its end before a new target is taken up,
+// even one that resolves to nothing (a revision not installed yet, a
+// typo); once it ended, that target blocks.
+func TestARollbackRunsToItsEndWhenTheNewTargetDoesNotResolve(t *testing.T) {
+	s := newSim(t, deploy("a"), deploy("b"))
+	s.decide(nil)
+	s.rollOut("1-26", "a")
+	s.decide([]Verdict{pass("rollout"), {Gate: "error-rate", Result: ResultFail, Analysis: true, Reason: "a: 5xx ratio 0.3"}})
+	require.Equal(t, PhaseRollingBack, s.status.Phase)
+	s.snap.Namespace.Annotations[AnnotationTargetRevision] = "1-28" // not installed
+	s.rollOut("1-25", "a")
+	s.now = s.now.Add(time.Minute)
+	d := s.decide(s.gates())
+	require.NotNil(t, d.Status)
+	assert.Equal(t, PhaseRolledBack, d.Status.Phase, "not blocked half-way: %s", d.Status.Reason)
+	assert.Equal(t, "1-26", d.Status.Target, "the rollback's own target, until it ended")
+
+	s.now = s.now.Add(time.Minute)
+	d = s.decide(nil)
+	require.NotNil(t, d.Status)
+	assert.Equal(t, PhaseBlocked, d.Status.Phase, "ended, the new target is taken up: it does not resolve")
+	assert.Equal(t, `invalid input: meshwave.io/target-revision on namespace shop: "1-28" is not an installed revision or tag (no MutatingWebhookConfiguration istio-sidecar-injector-1-28 or istio-revision-tag-1-28 exists)`, d.Status.Reason)
+	assert.Empty(t, d.Moves)
+}

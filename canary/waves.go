@@ -36,18 +36,16 @@ func startWave(m *machine) step {
 }
 
 // recordedStart is when the wave st now starts began: now, or, for a wave
-// whose moves are on record already (a status older than its moves, a
+// with moves on record already (a status older than its moves, a
 // status edited back), when the first of them was made, as adoption
 // dates a wave (adoptLastWave). A restart of such a member whose record
 // is removed since, or whose move is undone whole, still shows as one of
 // this wave, and it is not restarted a second time.
 func recordedStart(m *machine, st *Status) time.Time {
 	started := m.now
-	for _, w := range st.Workloads {
-		p, ok := m.workloads().find(w.Name)
-		if !ok {
-			continue
-		}
+	for _, p := range m.workloads() {
+		// Any move of the wave dates it, a member's or not (one that
+		// failed it, or was skipped out of it).
 		if r := p.forwardIn(st.MigrationID()); r != nil && r.Wave == st.Wave && r.At.Before(started) {
 			started = r.At
 		}

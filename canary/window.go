@@ -292,14 +292,15 @@ func windowsMeet(settings NamespaceSettings, ns Namespace, configured Windows, n
 		Value: ns.Annotations[AnnotationMaintenanceWindow], Expected: expected}}
 }
 
-// windowErrorsDuringRollback splits errs into those that block and those
-// of the namespace's maintenance windows while the migration in st rolls
-// back (or a rollback is asked of it): the windows only say when a wave
-// may start, and a rollback runs whatever they say, so a bad window
-// annotation must not stop one half-way. Those are reported instead
+// windowErrorsNotGoingForward splits errs into those that block and those
+// of the namespace's maintenance windows while its migration does not go
+// forward: it rolls back (or is asked to, or continues a rollback on
+// record), or it ended. The windows only say when a wave may start, so a
+// bad window annotation must not stop a rollback half-way, nor block a
+// migration that starts no wave. Those are reported instead
 // (reportIgnored).
-func windowErrorsDuringRollback(st *Status, settings NamespaceSettings, errs []InputError) (blocking, ignored []InputError) {
-	if st == nil || !st.undoing() && (settings.Rollback == RollbackNone || st.Wave == 0 || st.unblockedPhase() == PhaseStopped) {
+func windowErrorsNotGoingForward(st *Status, c *Continuation, settings NamespaceSettings, errs []InputError) (blocking, ignored []InputError) {
+	if st == nil || goesForward(st, settings) && (c == nil || goesForward(c.Status, settings)) {
 		return errs, nil
 	}
 	for _, e := range errs {
@@ -312,16 +313,35 @@ func windowErrorsDuringRollback(st *Status, settings NamespaceSettings, errs []I
 	return blocking, ignored
 }
 
-// reportIgnored reports the window errors a rollback goes on despite: a
-// status warning, and an Event the first time.
+// goesForward reports whether the migration in st may still start a wave:
+// it neither rolls back (nor is asked to) nor ended.
+func goesForward(st *Status, settings NamespaceSettings) bool {
+	p := st.unblockedPhase()
+	if p == PhaseStopped {
+		return true // a new migration's status replaces it
+	}
+	return !terminal(p) && !undoing(st, settings)
+}
+
+// reportIgnored reports the window errors that block nothing, as the
+// migration does not go forward: a status warning, and an Event the first
+// time.
 func reportIgnored(m *machine) {
 	for _, e := range m.r.ignored {
-		note := e.Error() + "; a rollback runs whatever the windows say, so it goes on"
+		note := e.Error() + "; " + whyIgnored(m.st)
 		if prev := m.r.Recorded; prev == nil || !slices.Contains(prev.Warnings, note) {
 			m.event("", EventWarning, "InvalidAnnotation", note)
 		}
 		m.st.warn(AnnotationMaintenanceWindow+" on namespace", note)
 	}
+}
+
+// whyIgnored says why a window error blocks nothing.
+func whyIgnored(st *Status) string {
+	if terminal(st.unblockedPhase()) {
+		return "the migration ended, and starts no wave"
+	}
+	return "a rollback runs whatever the windows say, so it goes on"
 }
 
 // deferWave puts a wave that was written as started but none of whose
@@ -332,8 +352,11 @@ func reportIgnored(m *machine) {
 // reports whether it did.
 func deferWave(m *machine) bool {
 	st := m.st
-	if st.WaveState != WaveVerifying || st.WaveStartedAt == nil || WindowsOpen(m.now, m.cfg.MaintenanceWindows, m.settings.Windows) {
+	if st.WaveState != WaveVerifying || st.WaveStartedAt == nil || len(st.Workloads) == 0 || WindowsOpen(m.now, m.cfg.MaintenanceWindows, m.settings.Windows) {
 		return false
+	}
+	if movedInWave(m.workloads(), st) {
+		return false // a move of this wave is on record, a member's or not
 	}
 	for _, w := range st.Workloads {
 		p, ok := m.workloads().find(w.Name)
@@ -359,6 +382,17 @@ func deferWave(m *machine) bool {
 	m.event("", EventNormal, "WaveDeferred", fmt.Sprintf("wave %d was written as started, but none of its workloads was restarted before the maintenance window closed: it starts when a window opens", wave))
 	waitForWindow(m, what)
 	return true
+}
+
+// movedInWave reports whether any workload carries a forward move of st's
+// migration in its wave in flight, whatever its outcome.
+func movedInWave(set workloadSet, st *Status) bool {
+	for _, w := range set {
+		if r := w.forwardIn(st.MigrationID()); r != nil && r.Wave == st.Wave {
+			return true
+		}
+	}
+	return false
 }
 
 // restartMade reports whether the wave in flight restarted p: a forward

@@ -1,6 +1,8 @@
 package canary
 
 import (
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -530,4 +532,87 @@ func TestAWindowAnnotationThatNeverMeetsStillBlocksAMigrationGoingForward(t *tes
 	assert.Equal(t, PhaseBlocked, d.Status.Phase)
 	assert.Equal(t, PhaseMigrating, d.Status.BlockedPhase)
 	assert.Empty(t, d.Moves)
+}
+
+// A wave whose members all left it (each failed and was tolerated, so its
+// record carries the outcome) is rebuilt from the records with no member:
+// its canary a was restarted, so it has started, and is never put back to
+// waiting for its window (with the label on the source and no slot).
+func TestAWaveWhoseMembersAllLeftItIsNotPutBackAsUnstarted(t *testing.T) {
+	rec := MoveRecord{Revision: "1-26", From: "1-25", Wave: 1, At: at(t, "2026-11-29T14:30:00Z"), Outcome: OutcomeFailed, Migration: "1-26@2026-11-29T14:30:00Z"}
+	s := newSim(t, deploy("a", ann(AnnotationMove, rec.Encode())), deploy("b"), deploy("c"))
+	s.snap.Namespace.Labels[LabelRev] = "1-26"
+	s.cfg.MaintenanceWindows = windowAt2pm(t)
+	s.cfg.FailurePolicy, s.cfg.MaxFailedPercent = PolicyContinue, 100
+	s.now = at(t, "2026-11-29T15:10:00Z") // the window closed at 15:00
+	d := s.decide(nil)                    // the status was lost: rebuilt from a's record
+	require.NotNil(t, d.Status)
+	require.Equal(t, PhaseMigrating, d.Status.Phase)
+	require.Equal(t, 1, d.Status.Wave)
+	require.Empty(t, d.Status.Workloads, "a left wave 1 when it failed")
+
+	var labels, deferred []string
+	var slots []bool
+	for i := 0; i < 3; i++ {
+		s.now = s.now.Add(time.Minute)
+		d = s.decide(nil)
+		labels = append(labels, d.Label)
+		if slices.Contains(eventReasons(d), "WaveDeferred") {
+			deferred = append(deferred, s.now.Format(time.Kitchen))
+		}
+		slots = append(slots, s.status.HoldsSlot())
+	}
+	assert.Empty(t, deferred, "a was restarted in wave 1: the migration started, yet it is deferred as unstarted")
+	assert.Equal(t, []string{"", "", ""}, labels, "the label stays on the target a was moved to")
+	assert.Equal(t, []bool{true, true, true}, slots, "a migration half-way keeps its slot")
+	assert.Equal(t, map[string]int{}, s.patches)
+}
+
+// A Pending status under a rollback on record is continued into that
+// rollback once admitted, and a window annotation that never meets the
+// configured windows does not block it.
+func TestAWindowAnnotationDoesNotBlockARollbackOnRecordThatAPendingStatusContinues(t *testing.T) {
+	s := restoredPendingOverARollback(t, false)
+	s.cfg.MaintenanceWindows = windowAt2pm(t)
+	s.snap.Namespace.Annotations[AnnotationMaintenanceWindow] = neverMeets
+	d := s.decide(s.gates())
+	require.NotNil(t, d.Status)
+	assert.Equal(t, PhaseRollingBack, d.Status.Phase, "the rollback on record goes on: %s", d.Status.Reason)
+	assert.Equal(t, 2, d.Status.Wave)
+}
+
+// A migration that ended starts no wave: a window annotation that never
+// meets the configured windows does not block it (a RolledBack or
+// Completed status keeps its phase and reason), and is reported once.
+func TestAWindowAnnotationDoesNotBlockAMigrationThatEnded(t *testing.T) {
+	for _, end := range []Phase{PhaseRolledBack, PhaseCompleted} {
+		t.Run(string(end), func(t *testing.T) {
+			s := newSim(t, deploy("a"))
+			s.cfg.MaintenanceWindows = windowAt2pm(t)
+			s.now = at(t, "2026-11-29T14:30:00Z")
+			s.decide(nil)
+			s.rollOut("1-26", "a")
+			if end == PhaseRolledBack {
+				s.decide([]Verdict{pass("rollout"), {Gate: "error-rate", Result: ResultFail, Analysis: true, Reason: "a: 5xx ratio 0.3"}})
+				s.rollOut("1-25", "a")
+			}
+			s.decide(s.gates())
+			require.Equal(t, end, s.status.Phase)
+			reason := s.status.Reason
+
+			s.snap.Namespace.Annotations[AnnotationMaintenanceWindow] = neverMeets
+			s.now = s.now.Add(time.Minute)
+			d := s.decide(nil)
+			require.NotNil(t, d.Status, "the warning is written")
+			assert.Equal(t, end, d.Status.Phase)
+			assert.Equal(t, reason, d.Status.Reason)
+			require.Len(t, d.Events, 1)
+			assert.Equal(t, "InvalidAnnotation", d.Events[0].Reason)
+			assert.True(t, strings.HasSuffix(d.Events[0].Message, "; the migration ended, and starts no wave"), d.Events[0].Message)
+
+			d = s.decide(nil)
+			assert.Nil(t, d.Status)
+			assert.Empty(t, d.Events)
+		})
+	}
 }
