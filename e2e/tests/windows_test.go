@@ -3,10 +3,12 @@ package tests
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/meshwave/meshwave/agent"
 	"github.com/meshwave/meshwave/canary"
+	"github.com/meshwave/meshwave/e2e/cluster"
 	"github.com/meshwave/meshwave/e2e/fixture"
 	"github.com/meshwave/meshwave/e2e/mesh"
 	"github.com/meshwave/meshwave/e2e/world"
@@ -80,8 +83,9 @@ func TestTheFirstWaveWaitsForTheMaintenanceWindow(t *testing.T) {
 }
 
 // TestAWaveStartsInsideItsWindowAndARollbackRunsWhateverTheWindows stages
-// what an agent stopped between two writes leaves behind, one namespace
-// each on one world, each with an agent of its own.
+// what an agent stopped between two writes leaves behind, and a rollback
+// that a window annotation must not stop, one namespace each on one
+// world, each with an agent of its own.
 func TestAWaveStartsInsideItsWindowAndARollbackRunsWhateverTheWindows(t *testing.T) {
 	shared := fixture.New(t, world.Options{NoPrometheus: true})
 
@@ -186,6 +190,82 @@ func TestAWaveStartsInsideItsWindowAndARollbackRunsWhateverTheWindows(t *testing
 		}
 	})
 
+	t.Run("a window annotation that never meets the configured windows, added during a rollback, does not stop it", func(t *testing.T) {
+		f := shared.For(t)
+		const ns = "unwindowed"
+		optOutWhenDone(t, f, ns)
+		f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, nil).Deployment(ns, "cart", fixture.Replicas(1)).RolledOut(ns)
+		// cart's new proxy never ACKs its routes on 1-26: the sync gate
+		// fails the wave after 10 s, and the default policy rolls it back.
+		heal := f.World.Mesh.Istiod("1-26").SetProxyStatus(ns, fixture.PodSelector(map[string]string{"app": "cart"}), mesh.TypeRDS, statusv3.ConfigStatus_STALE)
+		t.Cleanup(heal)
+		// Open now, every day from an hour ago for 6 hours; the annotation
+		// opens every day 7 hours after they open, for an hour: never both.
+		now := time.Now().UTC()
+		cfg := testConfig(f)
+		cfg.Gates.Sync.Timeout = agent.Duration(10 * time.Second)
+		cfg.MaintenanceWindows = []agent.MaintenanceWindow{{Schedule: dailyAt(now.Add(-time.Hour)), Duration: agent.Duration(6 * time.Hour), TimeZone: "UTC"}}
+		require.NoError(t, cfg.Validate())
+		never := fmt.Sprintf(`{"schedule":%q,"duration":"1h"}`, dailyAt(now.Add(6*time.Hour)))
+		phases := watchPhases(t, f, ns)
+		optIn(f, ns, "1-26", 10)
+		counter := newAPICounter()
+		startAgent(t, f, cfg, counter, "agent-"+ns)
+
+		var canaryPod string
+		f.Eventually("cart's new pod Ready on 1-26", func() (bool, string) {
+			pods, _, err := f.DeploymentPods(ns, "cart")
+			require.NoError(t, err)
+			if len(pods) != 1 {
+				return false, fmt.Sprintf("%d pods", len(pods))
+			}
+			sidecar, _ := mesh.ParseSidecarStatus(pods[0])
+			canaryPod = pods[0].Name
+			return sidecar.Revision == "1-26" && fixture.PodReady(pods[0]), fmt.Sprintf("%s on %q", canaryPod, sidecar.Revision)
+		})
+		// The rollback's pod stays unready until released: the rollback
+		// runs while the annotation is added.
+		release := f.World.Cluster.Kubelet.HoldUnready(cluster.PodSelector{Namespace: ns, Labels: fixture.PodSelector(map[string]string{"app": "cart"}), OnlyNew: true})
+		t.Cleanup(release)
+		waitForPhase(f, ns, canary.PhaseRollingBack, time.Minute)
+		f.When().AnnotateNamespace(ns, canary.AnnotationMaintenanceWindow, &never)
+
+		note := fmt.Sprintf("meshwave.io/maintenance-window on namespace %s: %q is not windows that meet the agent's maintenanceWindows within a year "+
+			"(a namespace narrows them, never widens them); a rollback runs whatever the windows say, so it goes on", ns, never)
+		f.EventuallyWithin("the annotation to be reported", 30*time.Second, func() (bool, string) {
+			st := status(f, ns)
+			return st.Phase == canary.PhaseBlocked || slices.Contains(st.Warnings, note), fmt.Sprintf("phase %s, reason %q, warnings %q", st.Phase, st.Reason, st.Warnings)
+		})
+		st := status(f, ns)
+		require.Equal(t, canary.PhaseRollingBack, st.Phase, "the rollback goes on: %s", st.Reason)
+		release()
+
+		f.EventuallyWithin("the rollback to end", time.Minute, func() (bool, string) {
+			seen := phases()
+			return slices.Contains(seen, "1-26 RolledBack"), fmt.Sprint(seen)
+		})
+		// The agent looks at the namespace again after its own write: it
+		// stays RolledBack, the rollback's reason with it.
+		time.Sleep(2 * time.Second)
+		assert.Equal(t, []string{"1-26 Migrating", "1-26 RollingBack", "1-26 RolledBack"}, phases(), "never Blocked")
+		st = status(f, ns)
+		assert.Equal(t, canary.PhaseRolledBack, st.Phase, "%s", st.Reason)
+		replicas := f.IstiodPods("1-26")
+		require.Len(t, replicas, 1)
+		assert.Equal(t, "rolled back 1 workloads to 1-25: wave 1 failed: xds-sync fail: 0 of 1 proxies SYNCED with istiod 1-26; "+
+			canaryPod+"."+ns+" STALE on RDS with "+replicas[0]+" after 10s", st.Reason)
+		assert.Contains(t, st.Warnings, note)
+		var invalid []string
+		for _, e := range eventsFor(f, "Namespace", "", ns) {
+			if strings.HasPrefix(e, "InvalidAnnotation: ") {
+				invalid = append(invalid, e)
+			}
+		}
+		assert.Equal(t, []string{"InvalidAnnotation: " + note}, invalid, "reported once")
+		assert.Equal(t, "1-25", namespaceLabel(f, ns))
+		f.Then().PodsOnRevision(ns, "cart", "1-25")
+		assert.Equal(t, map[string]int{"PATCH deployments " + ns + "/cart": 2}, counter.writes("PATCH deployments "+ns+"/"), "moved and returned")
+	})
 }
 
 // stageFirstWaveWrittenAsStarted leaves ns as an agent stopped right after
