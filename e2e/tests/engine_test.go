@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/meshwave/meshwave/agent"
 	"github.com/meshwave/meshwave/canary"
 	"github.com/meshwave/meshwave/e2e/fixture"
 	"github.com/meshwave/meshwave/e2e/mesh"
@@ -297,4 +299,141 @@ func TestInvalidAnnotationsBlockWithAnEventAndWriteNothing(t *testing.T) {
 		}
 	})
 	waitForPhase(f, "bad", canary.PhaseCompleted, time.Minute)
+}
+
+// TestATargetThatIsNotANameBlocksOnlyItsNamespace sets
+// meshwave.io/target-revision to values that name no revision or tag, with
+// the default concurrency of 1, one namespace each on one world, each with
+// an agent of its own. A namespace that had not started is Blocked with a
+// status that reads back and holds no slot, so the others go on; one
+// half-way is blocked where it is, keeps its slot, and resumes once its
+// target is set back, restarting nothing twice.
+func TestATargetThatIsNotANameBlocksOnlyItsNamespace(t *testing.T) {
+	shared := fixture.New(t, world.Options{NoPrometheus: true})
+	rev := map[string]string{mesh.LabelRev: "1-25"}
+
+	t.Run("a namespace whose target is empty or not a label value is blocked, and the next one completes", func(t *testing.T) {
+		f := shared.For(t)
+		const next = "next"
+		targets := map[string]string{"empty": "", "notaname": "not a name!"}
+		optOutWhenDone(t, f, "empty", "notaname", next)
+		for ns := range targets {
+			f.Given().Namespace(ns, rev, map[string]string{canary.AnnotationPriority: "10"}).Deployment(ns, "app", fixture.Replicas(1))
+		}
+		f.Given().Namespace(next, rev, nil).Deployment(next, "app", fixture.Replicas(1))
+		for _, ns := range []string{"empty", "notaname", next} {
+			f.WaitForNamespaceRolledOut(ns)
+		}
+		for ns, target := range targets {
+			f.When().AnnotateNamespace(ns, canary.AnnotationTargetRevision, &target)
+		}
+		optIn(f, next, "1-26", 20)
+		counter := newAPICounter()
+		startAgent(t, f, testConfig(f), counter, "agent-"+next)
+
+		// The namespaces before it hold no slot and are not waiting for
+		// one: it goes.
+		st := waitForPhase(f, next, canary.PhaseCompleted, time.Minute)
+		assert.Equal(t, "moved 1 workloads to 1-26 in 1 waves", st.Reason)
+		f.Then().PodsOnRevision(next, "app", "1-26")
+		for ns, target := range targets {
+			problem := fmt.Sprintf("meshwave.io/target-revision on namespace %s: %q is not a revision or tag name (a non-empty label value)", ns, target)
+			st := waitForPhase(f, ns, canary.PhaseBlocked, time.Minute)
+			n, err := f.Client.CoreV1().Namespaces().Get(f.Ctx, ns, metav1.GetOptions{})
+			require.NoError(t, err)
+			_, ok, err := canary.ParseStatus(n.Annotations)
+			require.NoError(t, err, "the status reads back")
+			require.True(t, ok)
+			assert.Equal(t, "invalid input: "+problem, st.Reason)
+			assert.Equal(t, canary.BlockedInvalidInput, st.BlockedKind)
+			assert.Empty(t, st.Target, "an unusable target is not written")
+			assert.Equal(t, 0, st.Wave)
+			assert.False(t, st.HoldsSlot())
+			assert.Equal(t, "1-25", n.Labels[mesh.LabelRev], "the label of %s is untouched", ns)
+			waitForEvent(f, "Namespace", "", ns, "InvalidAnnotation: ")
+			assert.Equal(t, []string{"InvalidAnnotation: " + problem}, eventsFor(f, "Namespace", "", ns))
+		}
+
+		for ns := range targets {
+			assert.Equal(t, map[string]int{"app": 0}, restarts(f, ns, "app"), "nothing of %s is restarted", ns)
+			_, moved := moveRecord(f, ns, "app")
+			assert.False(t, moved)
+			assert.Empty(t, counter.writes("PATCH deployments "+ns+"/"))
+			assert.Equal(t, 1, counter.get("PATCH namespaces "+ns), "the status of %s is written once", ns)
+			f.Then().PodsOnRevision(ns, "app", "1-25")
+		}
+		assert.Equal(t, 1, counter.get("PATCH deployments "+next+"/app"))
+	})
+
+	t.Run("a migration under way whose target is set to an empty value is blocked where it is, keeps its slot, and resumes", func(t *testing.T) {
+		f := shared.For(t)
+		const ns, other = "underway", "underway-waits"
+		optOutWhenDone(t, f, ns, other)
+		f.Given().Namespace(ns, rev, nil).
+			Deployment(ns, "a", waveAnnotation("0"), fixture.Replicas(1)).
+			Deployment(ns, "b", waveAnnotation("1"), fixture.Replicas(1)).
+			Namespace(other, rev, nil).Deployment(other, "x", fixture.Replicas(1)).
+			RolledOut(ns).RolledOut(other)
+		release := holdNew(f, ns, "a")
+		t.Cleanup(release)
+		cfg := testConfig(f)
+		cfg.ReadinessTimeout = agent.Duration(2 * time.Minute)
+		counter := newAPICounter()
+		optIn(f, ns, "1-26", 10)
+		startAgent(t, f, cfg, counter, "agent-"+ns)
+		f.Eventually("wave 1 patched", func() (bool, string) {
+			r, ok := moveRecord(f, ns, "a")
+			return ok && r.Wave == 1, fmt.Sprint(r)
+		})
+		migration := status(f, ns).MigrationID()
+		require.NotEmpty(t, migration)
+		optIn(f, other, "1-26", 20)
+		waiting := "waiting for a free slot: 1 of 1 in use by " + ns
+		f.Eventually(other+" to wait for the slot", func() (bool, string) {
+			st := status(f, other)
+			return st != nil && st.Phase == canary.PhasePending && st.Reason == waiting, fmt.Sprintf("%+v", st)
+		})
+
+		empty := ""
+		f.When().AnnotateNamespace(ns, canary.AnnotationTargetRevision, &empty)
+		st := waitForPhase(f, ns, canary.PhaseBlocked, time.Minute)
+		problem := `meshwave.io/target-revision on namespace underway: "" is not a revision or tag name (a non-empty label value)`
+		assert.Equal(t, "invalid input: "+problem, st.Reason)
+		assert.Equal(t, canary.PhaseMigrating, st.BlockedPhase)
+		assert.Equal(t, "1-26", st.Target, "the migration under way keeps its target")
+		assert.Equal(t, 1, st.Wave)
+		assert.Equal(t, canary.WaveVerifying, st.WaveState)
+		assert.Equal(t, migration, st.MigrationID(), "the same migration")
+		assert.True(t, st.HoldsSlot())
+		waitForEvent(f, "Namespace", "", ns, "InvalidAnnotation: "+problem)
+		assert.Equal(t, "1-26", namespaceLabel(f, ns))
+		// Its block has woken the namespace waiting for the slot; give that
+		// reconcile time to land.
+		time.Sleep(2 * time.Second)
+		st = status(f, other)
+		assert.Equal(t, canary.PhasePending, st.Phase)
+		assert.Equal(t, waiting, st.Reason)
+		assert.Zero(t, counter.get("PATCH deployments "+other+"/x"))
+
+		target := "1-26"
+		f.When().AnnotateNamespace(ns, canary.AnnotationTargetRevision, &target)
+		f.Eventually(ns+" to go on where it stopped", func() (bool, string) {
+			st := status(f, ns)
+			return st.Phase == canary.PhaseMigrating, fmt.Sprintf("phase %s, wave %d, reason %q", st.Phase, st.Wave, st.Reason)
+		})
+		st = status(f, ns)
+		assert.Equal(t, 1, st.Wave)
+		assert.Equal(t, canary.WaveVerifying, st.WaveState)
+		assert.Equal(t, migration, st.MigrationID(), "the same migration")
+		release()
+		done := waitForPhase(f, ns, canary.PhaseCompleted, time.Minute)
+		assert.Equal(t, "moved 2 workloads to 1-26 in 2 waves", done.Reason)
+		assert.Equal(t, migration, done.MigrationID())
+		assert.Equal(t, map[string]int{"a": 1, "b": 1}, restarts(f, ns, "a", "b"), "nothing is restarted again")
+		assert.Equal(t, map[string]int{"PATCH deployments " + ns + "/a": 1, "PATCH deployments " + ns + "/b": 1}, counter.writes("PATCH deployments "+ns+"/"))
+
+		later := waitForPhase(f, other, canary.PhaseCompleted, time.Minute)
+		assert.False(t, later.StartedAt.Before(*done.CompletedAt), "%s started at %s, before %s completed at %s (concurrency 1)", other, later.StartedAt, ns, done.CompletedAt)
+		assert.Equal(t, 1, counter.get("PATCH deployments "+other+"/x"))
+	})
 }
