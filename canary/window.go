@@ -323,25 +323,22 @@ func goesForward(st *Status, settings NamespaceSettings) bool {
 	return !terminal(p) && !undoing(st, settings)
 }
 
+// windowsHoldOnlyWaves ends the report of a window error that blocks
+// nothing: the same words whatever the migration does, so that it is
+// reported once.
+const windowsHoldOnlyWaves = "the windows only hold the start of a wave, so a rollback, or a migration that ended, goes on as it is"
+
 // reportIgnored reports the window errors that block nothing, as the
 // migration does not go forward: a status warning, and an Event the first
 // time.
 func reportIgnored(m *machine) {
 	for _, e := range m.r.ignored {
-		note := e.Error() + "; " + whyIgnored(m.st)
+		note := e.Error() + "; " + windowsHoldOnlyWaves
 		if prev := m.r.Recorded; prev == nil || !slices.Contains(prev.Warnings, note) {
 			m.event("", EventWarning, "InvalidAnnotation", note)
 		}
 		m.st.warn(AnnotationMaintenanceWindow+" on namespace", note)
 	}
-}
-
-// whyIgnored says why a window error blocks nothing.
-func whyIgnored(st *Status) string {
-	if terminal(st.unblockedPhase()) {
-		return "the migration ended, and starts no wave"
-	}
-	return "a rollback runs whatever the windows say, so it goes on"
 }
 
 // deferWave puts a wave that was written as started but none of whose

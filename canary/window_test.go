@@ -436,7 +436,7 @@ func TestAWaveWithoutWindowsIsNeverDeferred(t *testing.T) {
 // at midnight, against every day at 14:00.
 const neverMeets = `{"schedule":"0 0 * * 1","duration":"1h"}`
 
-const neverMeetsError = `meshwave.io/maintenance-window on namespace shop: "{\"schedule\":\"0 0 * * 1\",\"duration\":\"1h\"}" is not windows that meet the agent's maintenanceWindows within a year (a namespace narrows them, never widens them); a rollback runs whatever the windows say, so it goes on`
+const neverMeetsError = `meshwave.io/maintenance-window on namespace shop: "{\"schedule\":\"0 0 * * 1\",\"duration\":\"1h\"}" is not windows that meet the agent's maintenanceWindows within a year (a namespace narrows them, never widens them); the windows only hold the start of a wave, so a rollback, or a migration that ended, goes on as it is`
 
 // rollingBackA is a namespace whose canary a failed: it rolls a back.
 func rollingBackA(t *testing.T) *sim {
@@ -466,7 +466,7 @@ func TestAWindowAnnotationThatNeverMeetsDoesNotStopARollback(t *testing.T) {
 			assert.Equal(t, "InvalidAnnotation", d.Events[0].Reason)
 			assert.Equal(t, EventWarning, d.Events[0].Type)
 			assert.Contains(t, d.Events[0].Message, "meshwave.io/maintenance-window on namespace shop: ")
-			assert.Contains(t, d.Events[0].Message, "; a rollback runs whatever the windows say, so it goes on")
+			assert.Contains(t, d.Events[0].Message, "; the windows only hold the start of a wave, so a rollback, or a migration that ended, goes on as it is")
 			assert.Equal(t, "RolledBack", d.Events[1].Reason)
 			assert.Contains(t, d.Status.Warnings, d.Events[0].Message, "the status says so too")
 			assert.Equal(t, map[string]int{"a": 2}, s.patches)
@@ -608,7 +608,7 @@ func TestAWindowAnnotationDoesNotBlockAMigrationThatEnded(t *testing.T) {
 			assert.Equal(t, reason, d.Status.Reason)
 			require.Len(t, d.Events, 1)
 			assert.Equal(t, "InvalidAnnotation", d.Events[0].Reason)
-			assert.True(t, strings.HasSuffix(d.Events[0].Message, "; the migration ended, and starts no wave"), d.Events[0].Message)
+			assert.True(t, strings.HasSuffix(d.Events[0].Message, "; the windows only hold the start of a wave, so a rollback, or a migration that ended, goes on as it is"), d.Events[0].Message)
 
 			d = s.decide(nil)
 			assert.Nil(t, d.Status)

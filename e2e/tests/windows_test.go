@@ -231,7 +231,7 @@ func TestAWaveStartsInsideItsWindowAndARollbackRunsWhateverTheWindows(t *testing
 		f.When().AnnotateNamespace(ns, canary.AnnotationMaintenanceWindow, &never)
 
 		note := fmt.Sprintf("meshwave.io/maintenance-window on namespace %s: %q is not windows that meet the agent's maintenanceWindows within a year "+
-			"(a namespace narrows them, never widens them); a rollback runs whatever the windows say, so it goes on", ns, never)
+			"(a namespace narrows them, never widens them); the windows only hold the start of a wave, so a rollback, or a migration that ended, goes on as it is", ns, never)
 		f.EventuallyWithin("the annotation to be reported", 30*time.Second, func() (bool, string) {
 			st := status(f, ns)
 			return st.Phase == canary.PhaseBlocked || slices.Contains(st.Warnings, note), fmt.Sprintf("phase %s, reason %q, warnings %q", st.Phase, st.Reason, st.Warnings)
