@@ -455,8 +455,11 @@ func moveAgain(m *machine, w Workload) (issued, ok bool) {
 	r := st.revert(w.Name)
 	if r == nil {
 		// More members than the list holds were undone whole: the wave's
-		// own entry says when they were reported.
-		r = st.revert(waveRevertObject(st.Wave))
+		// own entry says when they were reported, by an earlier decision
+		// (one noted now is another member's report, not this one's).
+		if r = st.revert(waveRevertObject(st.Wave)); r != nil && !r.At.Before(m.now) {
+			r = nil
+		}
 	}
 	if r == nil || st.WaveStartedAt == nil || r.At.Before(*st.WaveStartedAt) {
 		return false, false

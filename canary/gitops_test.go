@@ -484,3 +484,23 @@ func TestAMemberUndoneWholeAgainAfterItsSecondMoveWaitsForAPersonAgain(t *testin
 	assert.Empty(t, d.Moves, "no third restart on its own")
 	assert.Equal(t, PhasePaused, s.status.Phase, "reported again, waiting for a person")
 }
+
+// Members of one wave undone whole by the same self-heal are each reported,
+// by name, in the decision that finds them.
+func TestEveryMemberUndoneWholeInOneDecisionIsReported(t *testing.T) {
+	s := argoAppsAtWave2(t, 3, 5)
+	s.now = s.now.Add(5 * time.Second)
+	s.undoWhole(*s.status.WaveStartedAt)
+	d := s.decide(nil)
+	require.Equal(t, PhasePaused, s.status.Phase)
+	var reported []string
+	for _, e := range d.Events {
+		if e.Reason == "TemplateReverted" {
+			reported = append(reported, e.Workload)
+		}
+	}
+	assert.Equal(t, []string{"w01", "w02"}, reported)
+	assert.Contains(t, s.status.Reason, "the move of deployment w01 was undone by Argo CD application shop")
+	assert.Contains(t, s.status.Reason, "the move of deployment w02 was undone by Argo CD application shop")
+	assert.Empty(t, d.Moves)
+}
