@@ -435,6 +435,18 @@ func argoAppsAtWave2(t *testing.T, n, batch int) *sim {
 	return s
 }
 
+// undoneWholeAtWave2 is argoAppsAtWave2 whose wave 2 was undone whole by
+// a self-heal five seconds after it started, and the decision that found
+// it, which paused the namespace.
+func undoneWholeAtWave2(t *testing.T, n, batch int) (*sim, Decision) {
+	s := argoAppsAtWave2(t, n, batch)
+	s.now = s.now.Add(5 * time.Second)
+	s.undoWhole(*s.status.WaveStartedAt)
+	d := s.decide(nil)
+	require.Equal(t, PhasePaused, s.status.Phase)
+	return s, d
+}
+
 // undoWhole replaces every workload but the canary from git, as a
 // self-heal does: its move record and restart stamp are gone, and the
 // ReplicaSet it rolled out carries the stamp at.
@@ -448,11 +460,7 @@ func (s *sim) undoWhole(at time.Time) {
 }
 
 func TestAWaveOfMoreMembersUndoneWholeThanTheRevertsListMovesAgainAfterOneResume(t *testing.T) {
-	s := argoAppsAtWave2(t, 13, 20)
-	s.now = s.now.Add(5 * time.Second)
-	s.undoWhole(*s.status.WaveStartedAt)
-	s.decide(nil)
-	require.Equal(t, PhasePaused, s.status.Phase)
+	s, _ := undoneWholeAtWave2(t, 13, 20)
 
 	delete(s.snap.Namespace.Annotations, AnnotationPaused)
 	s.now = s.now.Add(time.Minute)
@@ -465,11 +473,7 @@ func TestAWaveOfMoreMembersUndoneWholeThanTheRevertsListMovesAgainAfterOneResume
 // the same self-heal, is reported again and waits for a person: a
 // self-heal is never answered with one restart after another.
 func TestAMemberUndoneWholeAgainAfterItsSecondMoveWaitsForAPersonAgain(t *testing.T) {
-	s := argoAppsAtWave2(t, 3, 5)
-	s.now = s.now.Add(5 * time.Second)
-	s.undoWhole(*s.status.WaveStartedAt)
-	s.decide(nil)
-	require.Equal(t, PhasePaused, s.status.Phase)
+	s, _ := undoneWholeAtWave2(t, 3, 5)
 
 	delete(s.snap.Namespace.Annotations, AnnotationPaused)
 	s.now = s.now.Add(time.Minute)
@@ -488,11 +492,7 @@ func TestAMemberUndoneWholeAgainAfterItsSecondMoveWaitsForAPersonAgain(t *testin
 // Members of one wave undone whole by the same self-heal are each reported,
 // by name, in the decision that finds them.
 func TestEveryMemberUndoneWholeInOneDecisionIsReported(t *testing.T) {
-	s := argoAppsAtWave2(t, 3, 5)
-	s.now = s.now.Add(5 * time.Second)
-	s.undoWhole(*s.status.WaveStartedAt)
-	d := s.decide(nil)
-	require.Equal(t, PhasePaused, s.status.Phase)
+	s, d := undoneWholeAtWave2(t, 3, 5)
 	var reported []string
 	for _, e := range d.Events {
 		if e.Reason == "TemplateReverted" {

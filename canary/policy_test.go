@@ -73,14 +73,7 @@ func TestAFailedWaveUnderPausePausesAndResumesWithFreshTimers(t *testing.T) {
 }
 
 func TestContinuePolicyToleratesFailuresUpToTheLimit(t *testing.T) {
-	var ws []Workload
-	for _, n := range []string{"a", "b", "c", "d", "e"} {
-		ws = append(ws, deploy(n))
-	}
-	s := newSim(t, ws...)
-	s.cfg.FailurePolicy, s.cfg.MaxFailedPercent = PolicyContinue, 25
-	s.cfg.DelayBetweenWaves = 0
-	s.cfg.Sizes = WaveSizes{CanarySize: 1, BatchSize: 2}
+	s := continuingOnFailure(t)
 
 	s.decide(nil) // wave 1: a
 	d := s.decide(failRollout("a", "a did not roll out"))
@@ -118,14 +111,7 @@ func TestContinuePolicyToleratesFailuresUpToTheLimit(t *testing.T) {
 // says it failed, so pastFailed, recomputed from the records, keeps a:
 // when b fails in wave 2, 2 of 5 (40%) failed and the namespace pauses.
 func TestALostFailedOutcomeIsNotForgottenByTheContinueLimit(t *testing.T) {
-	var ws []Workload
-	for _, n := range []string{"a", "b", "c", "d", "e"} {
-		ws = append(ws, deploy(n))
-	}
-	s := newSim(t, ws...)
-	s.cfg.FailurePolicy, s.cfg.MaxFailedPercent = PolicyContinue, 25
-	s.cfg.DelayBetweenWaves = 0
-	s.cfg.Sizes = WaveSizes{CanarySize: 1, BatchSize: 2}
+	s := continuingOnFailure(t)
 	s.decide(nil)
 	s.refused = map[string]string{"a": "conflict"} // a's outcome patch does not land
 	d := s.decide(failRollout("a", "a did not roll out"))
@@ -171,4 +157,19 @@ func TestAFailureToleratedOnRecordIsNeverRestartedByAStaleStatus(t *testing.T) {
 		{Name: "c", State: StateMoving},
 	}, d.Status.Workloads)
 	assert.Equal(t, map[string]int{"a": 1, "b": 1, "c": 1}, s.patches)
+}
+
+// continuingOnFailure is namespace shop of a to e under the Continue
+// policy, which tolerates up to 25% failed, in a canary of one and waves
+// of two, without a delay between them.
+func continuingOnFailure(t *testing.T) *sim {
+	var ws []Workload
+	for _, n := range []string{"a", "b", "c", "d", "e"} {
+		ws = append(ws, deploy(n))
+	}
+	s := newSim(t, ws...)
+	s.cfg.FailurePolicy, s.cfg.MaxFailedPercent = PolicyContinue, 25
+	s.cfg.DelayBetweenWaves = 0
+	s.cfg.Sizes = WaveSizes{CanarySize: 1, BatchSize: 2}
+	return s
 }

@@ -143,6 +143,16 @@ func TestTheWindowAnnotationIsValidated(t *testing.T) {
 	}
 }
 
+// canaryInWindow is namespace shop of ws under windowAt2pm, its canary
+// started at 14:30Z, inside the window.
+func canaryInWindow(t *testing.T, ws ...Workload) *sim {
+	s := newSim(t, ws...)
+	s.cfg.MaintenanceWindows = windowAt2pm(t)
+	s.now = at(t, "2026-11-29T14:30:00Z")
+	s.decide(nil)
+	return s
+}
+
 // windowAt2pm is open every day from 14:00Z to 15:00Z; t0 is 12:00Z.
 func windowAt2pm(t *testing.T) Windows {
 	return Windows{window(t, "0 14 * * *", time.Hour, "UTC")}
@@ -211,10 +221,7 @@ func TestAWaveInFlightFinishesAfterTheWindowClosesAndTheNextWaitsForTheNextOpeni
 }
 
 func TestARollbackRunsOutsideTheWindow(t *testing.T) {
-	s := newSim(t, deploy("a"), deploy("b"))
-	s.cfg.MaintenanceWindows = windowAt2pm(t)
-	s.now = at(t, "2026-11-29T14:30:00Z")
-	s.decide(nil)
+	s := canaryInWindow(t, deploy("a"), deploy("b"))
 	s.rollOut("1-26", "a")
 
 	s.now = at(t, "2026-11-29T16:00:00Z")
@@ -230,10 +237,7 @@ func TestARollbackRunsOutsideTheWindow(t *testing.T) {
 }
 
 func TestARollbackAskedForBetweenWavesRunsOutsideTheWindow(t *testing.T) {
-	s := newSim(t, deploy("a"), deploy("b"))
-	s.cfg.MaintenanceWindows = windowAt2pm(t)
-	s.now = at(t, "2026-11-29T14:30:00Z")
-	s.decide(nil)
+	s := canaryInWindow(t, deploy("a"), deploy("b"))
 	s.rollOut("1-26", "a")
 	s.decide(s.gates())
 	s.now = at(t, "2026-11-29T16:00:00Z")
@@ -440,10 +444,7 @@ const neverMeetsError = `meshwave.io/maintenance-window on namespace shop: "{\"s
 
 // rollingBackA is a namespace whose canary a failed: it rolls a back.
 func rollingBackA(t *testing.T) *sim {
-	s := newSim(t, deploy("a"), deploy("b"))
-	s.cfg.MaintenanceWindows = windowAt2pm(t)
-	s.now = at(t, "2026-11-29T14:30:00Z")
-	s.decide(nil)
+	s := canaryInWindow(t, deploy("a"), deploy("b"))
 	s.rollOut("1-26", "a")
 	errRate := Verdict{Gate: "error-rate", Result: ResultFail, Analysis: true, Reason: "a: 5xx ratio 0.3 > threshold 0.05"}
 	s.decide([]Verdict{pass("rollout"), errRate})
@@ -491,10 +492,7 @@ func TestAWindowAnnotationSetDuringARollbackIsReportedOnce(t *testing.T) {
 }
 
 func TestAWindowAnnotationBlocksNoRollbackAskedInTheSameEdit(t *testing.T) {
-	s := newSim(t, deploy("a"), deploy("b"))
-	s.cfg.MaintenanceWindows = windowAt2pm(t)
-	s.now = at(t, "2026-11-29T14:30:00Z")
-	s.decide(nil)
+	s := canaryInWindow(t, deploy("a"), deploy("b"))
 	s.rollOut("1-26", "a")
 	s.snap.Namespace.Annotations[AnnotationMaintenanceWindow] = neverMeets
 	s.snap.Namespace.Annotations[AnnotationRollback] = "wave"
@@ -523,10 +521,7 @@ func TestARollbackBlockedByAWindowAnnotationGoesOn(t *testing.T) {
 }
 
 func TestAWindowAnnotationThatNeverMeetsStillBlocksAMigrationGoingForward(t *testing.T) {
-	s := newSim(t, deploy("a"), deploy("b"))
-	s.cfg.MaintenanceWindows = windowAt2pm(t)
-	s.now = at(t, "2026-11-29T14:30:00Z")
-	s.decide(nil)
+	s := canaryInWindow(t, deploy("a"), deploy("b"))
 	s.snap.Namespace.Annotations[AnnotationMaintenanceWindow] = neverMeets
 	d := s.decide(nil)
 	assert.Equal(t, PhaseBlocked, d.Status.Phase)
@@ -587,10 +582,7 @@ func TestAWindowAnnotationDoesNotBlockARollbackOnRecordThatAPendingStatusContinu
 func TestAWindowAnnotationDoesNotBlockAMigrationThatEnded(t *testing.T) {
 	for _, end := range []Phase{PhaseRolledBack, PhaseCompleted} {
 		t.Run(string(end), func(t *testing.T) {
-			s := newSim(t, deploy("a"))
-			s.cfg.MaintenanceWindows = windowAt2pm(t)
-			s.now = at(t, "2026-11-29T14:30:00Z")
-			s.decide(nil)
+			s := canaryInWindow(t, deploy("a"))
 			s.rollOut("1-26", "a")
 			if end == PhaseRolledBack {
 				s.decide([]Verdict{pass("rollout"), {Gate: "error-rate", Result: ResultFail, Analysis: true, Reason: "a: 5xx ratio 0.3"}})
