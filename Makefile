@@ -169,11 +169,15 @@ bench: prometheus istio ## Every benchmark at full size (about 2.5 hours: the wa
 	@{ echo "## Pure speed (canary, 20 runs each)"; echo; echo '```'; } >> $(BENCH_OUT)
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 20x ./canary | grep -E '^(Benchmark|cpu:)' | tee -a $(BENCH_OUT)
 	@{ echo '```'; echo; } >> $(BENCH_OUT)
+	@{ echo "## A scrape of meshwave_revision_holders at 100,000 injected pods (agent, 20 runs each)"; echo; echo '```'; } >> $(BENCH_OUT)
+	$(GO) test -run '^$$' -bench 'Holders' -benchmem -benchtime 20x ./agent | grep -E '^Benchmark' | tee -a $(BENCH_OUT)
+	@{ echo '```'; echo; } >> $(BENCH_OUT)
 	cd e2e && MESHWAVE_BENCH_OUT=$(BENCH_OUT) $(GO) test -timeout 4h -run '^$$' -bench . -benchtime 1x -ldflags "$(K8S_LDFLAGS)" ./bench/
 
 .PHONY: bench-smoke
 bench-smoke: prometheus istio ## Each benchmark once, small, to prove it still works (part of make test).
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./canary
+	MESHWAVE_BENCH_SMALL=1 $(GO) test -run '^$$' -bench 'Holders' -benchtime 1x ./agent
 	cd e2e && MESHWAVE_BENCH_SMALL=1 $(GO) test -timeout 20m -run '^$$' -bench . -benchtime 1x -ldflags "$(K8S_LDFLAGS)" ./bench/
 
 .PHONY: demo

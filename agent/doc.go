@@ -26,7 +26,11 @@
 //	meshwave_analysis_result{namespace,check,result}    1 for the check's last result
 //
 // The pods of every revision, cluster-wide, are classified from the caches
-// at scrape time (canary.ClassifyHolders, as meshwave holders does):
+// (canary.ClassifyHolders, as meshwave holders does) and counted by
+// namespace: a scrape classifies again only the namespaces whose objects
+// changed since the one before (holderTally), every namespace after a
+// change to the mesh's revisions, about 0.2 ms at 100,000 pods when
+// nothing changed:
 //
 //	meshwave_revision_holders{revision,reason}          pods by reason code (canary.HolderReasons), 0 included
 //

@@ -56,6 +56,13 @@ func (c *Caches) Holders(rootNamespace string, decisions canary.Config, wants fu
 	if err != nil {
 		return nil, err
 	}
+	return c.holdersOf(pods, rootNamespace, decisions, wants)
+}
+
+// holdersOf classifies pods as Holders does: the namespaces that hold them
+// are read and planned whole, so the pods of a namespace are classified
+// alike whether they are given alone or among every pod of the cluster.
+func (c *Caches) holdersOf(pods []*CachedPod, rootNamespace string, decisions canary.Config, wants func(revision string) bool) (map[string]canary.Holders, error) {
 	revs, counts := holderRevisions(pods, wants)
 	byRevision := make(map[string][]canary.HolderPod, len(counts))
 	for i, p := range pods {

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"os"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,31 +19,56 @@ import (
 	"github.com/meshwave/meshwave/canary"
 )
 
-// BenchmarkHoldersScrape measures one scrape of meshwave_revision_holders
-// over 20,000 injected pods in 400 namespaces, each opted in to 1-26 and
-// half-way there: 10 Deployments of 5 pods a namespace, every other one
-// still on 1-25. Owners resolve through 4,000 ReplicaSets; every
-// namespace is planned.
+// holdersBenchNamespaces is the size of the holders benchmarks' cluster:
+// 2,000 namespaces of 10 Deployments of 5 pods (100,000 injected pods),
+// or 400 (20,000) when MESHWAVE_BENCH_SMALL is set, as make bench-smoke
+// sets it. Each namespace is opted in to 1-26 and half-way there: every
+// other Deployment still runs 1-25, so every namespace is planned in full.
+func holdersBenchNamespaces() int {
+	if os.Getenv("MESHWAVE_BENCH_SMALL") != "" {
+		return 400
+	}
+	return 2000
+}
+
+// BenchmarkHoldersScrape measures a scrape of meshwave_revision_holders
+// when nothing changed since the one before: what every scrape of a
+// quiet cluster costs.
 func BenchmarkHoldersScrape(b *testing.B) {
-	benchmarkScrape(b, largeCluster(b, 400, 10, 5, func(d int) bool { return d%2 == 0 }))
+	benchmarkScrape(b, func(*holderTally, int) {})
 }
 
-// BenchmarkHoldersScrapeAfterTheMigrations is the same cluster once every
-// Deployment runs 1-26: no namespace needs its workloads gathered.
-func BenchmarkHoldersScrapeAfterTheMigrations(b *testing.B) {
-	benchmarkScrape(b, largeCluster(b, 400, 10, 5, func(int) bool { return false }))
+// BenchmarkHoldersScrapeAfterAPodChanged measures a scrape after a pod of
+// one namespace changed: that namespace is classified again.
+func BenchmarkHoldersScrapeAfterAPodChanged(b *testing.B) {
+	benchmarkScrape(b, func(t *holderTally, i int) { t.mark(fmt.Sprintf("team-%03d", i%holdersBenchNamespaces())) })
 }
 
-func benchmarkScrape(b *testing.B, caches *Caches) {
+// BenchmarkHoldersScrapeRecountingEverything measures a scrape that
+// classifies every pod: the first after the caches sync, and any after a
+// revision is installed, removed or repointed.
+func BenchmarkHoldersScrapeRecountingEverything(b *testing.B) {
+	benchmarkScrape(b, func(t *holderTally, _ int) { t.markAll() })
+}
+
+func benchmarkScrape(b *testing.B, change func(t *holderTally, i int)) {
+	caches := largeCluster(b, holdersBenchNamespaces(), 10, 5, func(d int) bool { return d%2 == 0 })
+	collector := NewHoldersCollector(caches, "istio-system", canary.Config{Sizes: canary.WaveSizes{CanarySize: 1, BatchSize: 5}})
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(NewHoldersCollector(caches, "istio-system", canary.Config{Sizes: canary.WaveSizes{CanarySize: 1, BatchSize: 5}}))
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
+	reg.MustRegister(collector)
+	gather := func() {
 		mfs, err := reg.Gather()
 		if err != nil || len(mfs) != 1 {
 			b.Fatalf("gather: %v, %d families", err, len(mfs))
 		}
+	}
+	gather()
+	tally := collector.(*holdersCollector).tally
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		change(tally, i)
+		gather()
 	}
 }
 

@@ -392,17 +392,21 @@ var holdersDesc = prometheus.NewDesc("meshwave_revision_holders",
 
 // holdersCollector reports, at scrape time and from the caches, the pods
 // that still hold each revision, by reason: the count of meshwave holders
-// for every revision at once.
+// for every revision at once. A scrape recounts only the namespaces whose
+// objects changed since the one before (holderTally).
 type holdersCollector struct {
-	caches        *Caches
-	rootNamespace string
-	decisions     canary.Config
+	caches *Caches
+	tally  *holderTally
 }
 
-// NewHoldersCollector builds the collector of meshwave_revision_holders.
-// Like the namespace state, every replica reports it from its own caches.
+// NewHoldersCollector builds the collector of meshwave_revision_holders
+// and adds its event handlers to the caches' informers: call it once the
+// caches watch everything they will (WatchJobs included). Like the
+// namespace state, every replica reports it from its own caches.
 func NewHoldersCollector(caches *Caches, rootNamespace string, decisions canary.Config) prometheus.Collector {
-	return &holdersCollector{caches: caches, rootNamespace: rootNamespace, decisions: decisions}
+	t := newHolderTally(caches, rootNamespace, decisions)
+	t.watch()
+	return &holdersCollector{caches: caches, tally: t}
 }
 
 func (c *holdersCollector) Describe(ch chan<- *prometheus.Desc) { ch <- holdersDesc }
@@ -413,23 +417,13 @@ func (c *holdersCollector) Collect(ch chan<- prometheus.Metric) {
 	if !c.caches.Synced() {
 		return
 	}
-	all, err := c.caches.Holders(c.rootNamespace, c.decisions, func(string) bool { return true })
+	counts, revisions, err := c.tally.counts()
 	if err != nil {
 		return
 	}
-	revisions := map[string]bool{}
-	for rev := range all {
-		revisions[rev] = true
-	}
-	if m, err := c.caches.mesh(c.rootNamespace); err == nil {
-		for rev := range m.Revisions {
-			revisions[rev] = true
-		}
-	}
 	for rev := range revisions {
-		counts := all[rev].PodsByReason()
 		for _, code := range canary.HolderReasons {
-			ch <- prometheus.MustNewConstMetric(holdersDesc, prometheus.GaugeValue, float64(counts[code]), rev, string(code))
+			ch <- prometheus.MustNewConstMetric(holdersDesc, prometheus.GaugeValue, float64(counts[holderKey{rev, code}]), rev, string(code))
 		}
 	}
 }

@@ -1,0 +1,252 @@
+package agent
+
+import (
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/meshwave/meshwave/canary"
+)
+
+// holderKey is one series of meshwave_revision_holders.
+type holderKey struct {
+	revision string
+	reason   canary.HolderReason
+}
+
+// holderTally keeps the counts of meshwave_revision_holders by namespace,
+// so that a scrape recounts only the namespaces whose objects changed
+// since the one before: the caches' event handlers mark them. A pod's
+// reason depends on its own namespace alone (its owners, its workloads,
+// the namespace's target, status and plan) and on the mesh (the
+// revisions and tags, the istiods of the root namespace): a change in the
+// root namespace or to a webhook configuration recounts every namespace.
+//
+// Counts depend on the time only through a namespace's maintenance
+// windows (one that never opens within a year blocks the namespace), so
+// the namespaces that carry them are recounted once a minute too.
+type holderTally struct {
+	caches        *Caches
+	rootNamespace string
+	decisions     canary.Config
+	now           func() time.Time
+	handlers      []cache.ResourceEventHandlerRegistration
+
+	// marks is what changed since the last recount: namespaces, or all.
+	marksMu sync.Mutex
+	dirty   map[string]bool
+	all     bool
+
+	// mu serialises recounts, and guards what follows.
+	mu          sync.Mutex
+	byNamespace map[string]map[holderKey]int
+	totals      map[holderKey]int
+	windowed    map[string]bool
+	windowedAt  time.Time
+	// recounted counts the recounts of each namespace, for tests.
+	recounted map[string]int
+}
+
+// windowRecount is how often the namespaces with maintenance windows are
+// recounted when nothing of theirs changes.
+const windowRecount = time.Minute
+
+func newHolderTally(caches *Caches, rootNamespace string, decisions canary.Config) *holderTally {
+	return &holderTally{caches: caches, rootNamespace: rootNamespace, decisions: decisions, now: time.Now,
+		dirty: map[string]bool{}, all: true, byNamespace: map[string]map[holderKey]int{},
+		totals: map[holderKey]int{}, windowed: map[string]bool{}, recounted: map[string]int{}}
+}
+
+// watch marks the namespaces of the objects the caches' informers add,
+// change and delete. A handler added to a started informer is told of
+// every object it holds, which marks them all: nothing is missed whatever
+// the order.
+func (t *holderTally) watch() {
+	for name, inf := range t.caches.informers {
+		everything := name == "webhooks"
+		// An informer not started yet never fails to take a handler.
+		reg, _ := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { t.markObject(obj, everything) },
+			UpdateFunc: func(_, obj any) { t.markObject(obj, everything) },
+			DeleteFunc: func(obj any) { t.markObject(obj, everything) },
+		})
+		if reg != nil {
+			t.handlers = append(t.handlers, reg)
+		}
+	}
+}
+
+// told reports whether every handler has been told of every object its
+// informer held when it was added.
+func (t *holderTally) told() bool {
+	for _, h := range t.handlers {
+		if !h.HasSynced() {
+			return false
+		}
+	}
+	return true
+}
+
+// markObject marks obj's namespace, or the namespace obj is. Objects of
+// the root namespace, cluster-scoped ones other than namespaces, and
+// those everything says change the mesh mark every namespace.
+func (t *holderTally) markObject(obj any, everything bool) {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		t.markAll()
+		return
+	}
+	ns, name, _ := cache.SplitMetaNamespaceKey(key)
+	if ns == "" {
+		ns = name // a namespace, or a cluster-scoped object
+		everything = everything || !isNamespace(obj)
+	}
+	if everything || ns == t.rootNamespace {
+		t.markAll()
+		return
+	}
+	t.mark(ns)
+}
+
+func (t *holderTally) mark(ns string) {
+	t.marksMu.Lock()
+	t.dirty[ns] = true
+	t.marksMu.Unlock()
+}
+
+func (t *holderTally) markAll() {
+	t.marksMu.Lock()
+	t.all = true
+	t.marksMu.Unlock()
+}
+
+// take returns the marks and clears them.
+func (t *holderTally) take() (map[string]bool, bool) {
+	t.marksMu.Lock()
+	defer t.marksMu.Unlock()
+	dirty, all := t.dirty, t.all
+	t.dirty, t.all = map[string]bool{}, false
+	return dirty, all
+}
+
+// counts recounts what changed and returns the totals by revision and
+// reason, and every revision installed or carried by a pod. On an error
+// the marks are kept for the next scrape.
+func (t *holderTally) counts() (map[holderKey]int, map[string]bool, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.now()
+	if now.Sub(t.windowedAt) >= windowRecount {
+		for ns := range t.windowed {
+			t.mark(ns)
+		}
+		t.windowedAt = now
+	}
+	dirty, all := t.take()
+	if err := t.recount(dirty, all); err != nil {
+		if all {
+			t.markAll()
+		}
+		for ns := range dirty {
+			t.mark(ns)
+		}
+		return nil, nil, err
+	}
+	revisions := map[string]bool{}
+	for k, n := range t.totals {
+		if n > 0 {
+			revisions[k.revision] = true
+		}
+	}
+	if m, err := t.caches.mesh(t.rootNamespace); err == nil {
+		for rev := range m.Revisions {
+			revisions[rev] = true
+		}
+	}
+	out := make(map[holderKey]int, len(t.totals))
+	for k, n := range t.totals {
+		out[k] = n
+	}
+	return out, revisions, nil
+}
+
+// recount classifies the pods of the namespaces marked, or of every
+// namespace, and replaces their counts.
+func (t *holderTally) recount(dirty map[string]bool, all bool) error {
+	if !all && len(dirty) == 0 {
+		return nil
+	}
+	var pods []*CachedPod
+	if all {
+		ps, err := t.caches.Pods.List(labels.Everything())
+		if err != nil {
+			return err
+		}
+		pods = ps
+		dirty = map[string]bool{}
+		for ns := range t.byNamespace {
+			dirty[ns] = true
+		}
+		for _, p := range pods {
+			dirty[p.Namespace] = true
+		}
+	} else {
+		for ns := range dirty {
+			ps, err := t.caches.Pods.In(ns).List(labels.Everything())
+			if err != nil {
+				return err
+			}
+			pods = append(pods, ps...)
+		}
+	}
+	holders, err := t.caches.holdersOf(pods, t.rootNamespace, t.decisions, func(string) bool { return true })
+	if err != nil {
+		return err
+	}
+	fresh := map[string]map[holderKey]int{}
+	for rev, h := range holders {
+		for _, list := range [][]canary.Holder{h.Holders, h.Finished} {
+			for _, x := range list {
+				if fresh[x.Namespace] == nil {
+					fresh[x.Namespace] = map[holderKey]int{}
+				}
+				fresh[x.Namespace][holderKey{rev, x.Code}] += len(x.Pods)
+			}
+		}
+	}
+	for ns := range dirty {
+		for k, n := range t.byNamespace[ns] {
+			if t.totals[k] -= n; t.totals[k] == 0 {
+				delete(t.totals, k)
+			}
+		}
+		delete(t.byNamespace, ns)
+		if counts := fresh[ns]; counts != nil {
+			t.byNamespace[ns] = counts
+			for k, n := range counts {
+				t.totals[k] += n
+			}
+		}
+		t.recounted[ns]++
+		delete(t.windowed, ns)
+		if n, err := t.caches.Namespaces.Get(ns); err == nil {
+			if _, ok := n.Annotations[canary.AnnotationMaintenanceWindow]; ok {
+				t.windowed[ns] = true
+			}
+		}
+	}
+	return nil
+}
+
+// isNamespace reports whether obj, or the object a deletion's tombstone
+// holds, is a Namespace.
+func isNamespace(obj any) bool {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	_, ok := obj.(*corev1.Namespace)
+	return ok
+}

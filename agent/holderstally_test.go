@@ -1,0 +1,199 @@
+package agent
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	admissionregv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/meshwave/meshwave/canary"
+)
+
+// fullCount counts every pod of the caches from scratch, as a scrape did
+// before the counts were kept by namespace.
+func fullCount(t *testing.T, c *Caches) map[holderKey]int {
+	t.Helper()
+	all, err := c.Holders("istio-system", canary.Config{}, func(string) bool { return true })
+	require.NoError(t, err)
+	out := map[holderKey]int{}
+	for rev, h := range all {
+		for code, n := range h.PodsByReason() {
+			out[holderKey{rev, code}] += n
+		}
+	}
+	return out
+}
+
+// quietTally is a tally over aMixedCluster's caches once every mark its
+// handlers were told of at start has been counted.
+func quietTally(t *testing.T) (*holderTally, *Caches, kubernetes.Interface) {
+	t.Helper()
+	objs, jobs := aMixedCluster()
+	client := fake.NewClientset(objs...)
+	caches := NewCaches(client, 0, nil)
+	caches.WatchJobs(metadataClient(jobs...), 0)
+	startCaches(t, caches)
+	tally := newHolderTally(caches, "istio-system", canary.Config{})
+	tally.watch()
+	require.Eventually(t, tally.told, 10*time.Second, 10*time.Millisecond)
+	_, _, err := tally.counts()
+	require.NoError(t, err)
+	return tally, caches, client
+}
+
+// settled waits until the tally's counts are want and equal a count from
+// scratch, and its revisions are revisions, and returns the namespaces it
+// read to get there.
+func settled(t *testing.T, tally *holderTally, caches *Caches, want map[holderKey]int, revisions ...string) []string {
+	t.Helper()
+	wantRevisions := map[string]bool{}
+	for _, rev := range revisions {
+		wantRevisions[rev] = true
+	}
+	before := maps.Clone(tally.recounted)
+	require.Eventually(t, func() bool {
+		got, revs, err := tally.counts()
+		require.NoError(t, err)
+		return assert.ObjectsAreEqual(want, got) && assert.ObjectsAreEqual(fullCount(t, caches), got) && assert.ObjectsAreEqual(wantRevisions, revs)
+	}, 10*time.Second, 20*time.Millisecond)
+	return readSince(tally, before)
+}
+
+// readSince lists the namespaces the tally read since it had read before.
+func readSince(tally *holderTally, before map[string]int) []string {
+	var read []string
+	for ns, n := range tally.recounted {
+		if n > before[ns] {
+			read = append(read, ns)
+		}
+	}
+	slices.Sort(read)
+	return read
+}
+
+func TestTheHoldersCountFollowsEachChangeAndRecountsOnlyItsNamespace(t *testing.T) {
+	tally, caches, client := quietTally(t)
+	ctx := context.Background()
+	want := map[holderKey]int{
+		{"1-25", canary.ReasonWillMove}: 4, {"1-25", canary.ReasonCronJob}: 1, {"1-25", canary.ReasonJob}: 1,
+		{"1-25", canary.ReasonReplicaSet}: 1, {"1-25", canary.ReasonBarePod}: 1, {"1-25", canary.ReasonPodSucceeded}: 1,
+		{"1-25", canary.ReasonPodFailed}: 1, {"1-26", canary.ReasonBarePod}: 1,
+	}
+	got, revisions, err := tally.counts()
+	require.NoError(t, err)
+	assert.Equal(t, want, got)
+	assert.Equal(t, map[string]bool{"1-25": true, "1-26": true}, revisions)
+
+	// A bare pod of batch moves to 1-26: batch alone is read again.
+	debug, err := client.CoreV1().Pods("batch").Get(ctx, "debug", metav1.GetOptions{})
+	require.NoError(t, err)
+	debug.Annotations[canary.AnnotationSidecar] = `{"containers":["istio-proxy"],"revision":"1-26"}`
+	_, err = client.CoreV1().Pods("batch").Update(ctx, debug, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	delete(want, holderKey{"1-25", canary.ReasonBarePod})
+	want[holderKey{"1-26", canary.ReasonBarePod}] = 2
+	assert.Equal(t, []string{"batch"}, settled(t, tally, caches, want, "1-25", "1-26"), "one namespace changed, one is read")
+
+	// shop opts out: its Deployment, StatefulSet and DaemonSet pods are
+	// no longer moved.
+	shop, err := client.CoreV1().Namespaces().Get(ctx, "shop", metav1.GetOptions{})
+	require.NoError(t, err)
+	delete(shop.Annotations, canary.AnnotationTargetRevision)
+	_, err = client.CoreV1().Namespaces().Update(ctx, shop, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	delete(want, holderKey{"1-25", canary.ReasonWillMove})
+	want[holderKey{"1-25", canary.ReasonNotOptedIn}] = 4
+	assert.Equal(t, []string{"shop"}, settled(t, tally, caches, want, "1-25", "1-26"))
+
+	// The ReplicaSet behind cart's pods is deleted: they are bare pods now.
+	require.NoError(t, client.AppsV1().ReplicaSets("shop").Delete(ctx, "cart-5d8f9", metav1.DeleteOptions{}))
+	want[holderKey{"1-25", canary.ReasonNotOptedIn}] = 2
+	want[holderKey{"1-25", canary.ReasonReplicaSet}] = 3
+	assert.Equal(t, []string{"shop"}, settled(t, tally, caches, want, "1-25", "1-26"), "a ReplicaSet's change reads its namespace again")
+
+	// A new revision is installed: every namespace is read again, and it
+	// has its series, at 0.
+	_, err = client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, &admissionregv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "istio-sidecar-injector-1-27", Labels: map[string]string{canary.LabelRev: "1-27"}}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"batch", "shop"}, settled(t, tally, caches, want, "1-25", "1-26", "1-27"), "a webhook's change reads every namespace, and the new revision has its series")
+
+	// Every pod of batch is deleted: batch counts for nothing.
+	pods, err := client.CoreV1().Pods("batch").List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	for _, p := range pods.Items {
+		require.NoError(t, client.CoreV1().Pods("batch").Delete(ctx, p.Name, metav1.DeleteOptions{}))
+	}
+	want = map[holderKey]int{{"1-25", canary.ReasonNotOptedIn}: 2, {"1-25", canary.ReasonReplicaSet}: 2}
+	assert.Equal(t, []string{"batch"}, settled(t, tally, caches, want, "1-25", "1-26", "1-27"), "installed revisions keep their series")
+	assert.NotContains(t, tally.byNamespace, "batch")
+
+	before := maps.Clone(tally.recounted)
+	for range 3 {
+		_, _, err = tally.counts()
+		require.NoError(t, err)
+	}
+	assert.Empty(t, readSince(tally, before), "a scrape after no change reads no namespace")
+}
+
+func TestTheNamespacesWithMaintenanceWindowsAreRecountedOnceAMinute(t *testing.T) {
+	tally, _, client := quietTally(t)
+	ctx := context.Background()
+	now := time.Now()
+	tally.now = func() time.Time { return now }
+	shop, err := client.CoreV1().Namespaces().Get(ctx, "shop", metav1.GetOptions{})
+	require.NoError(t, err)
+	shop.Annotations[canary.AnnotationMaintenanceWindow] = `{"schedule":"0 2 * * *","duration":"2h","timeZone":"UTC"}`
+	_, err = client.CoreV1().Namespaces().Update(ctx, shop, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		_, _, err := tally.counts()
+		require.NoError(t, err)
+		return tally.windowed["shop"]
+	}, 10*time.Second, 20*time.Millisecond)
+
+	before := maps.Clone(tally.recounted)
+	now = now.Add(30 * time.Second)
+	_, _, err = tally.counts()
+	require.NoError(t, err)
+	assert.Empty(t, readSince(tally, before), "within the minute, nothing is read")
+	now = now.Add(31 * time.Second)
+	_, _, err = tally.counts()
+	require.NoError(t, err)
+	assert.Equal(t, []string{"shop"}, readSince(tally, before), "after it, shop alone is read")
+	assert.Equal(t, map[string]bool{"shop": true}, tally.windowed)
+}
+
+func TestAMarkOfTheRootNamespaceOrOfAClusterObjectRecountsEverything(t *testing.T) {
+	tally := newHolderTally(&Caches{}, "istio-system", canary.Config{})
+	tally.take()
+	for _, tc := range []struct {
+		obj  any
+		all  bool
+		mark string
+	}{
+		{obj: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "a"}}, mark: "shop"},
+		{obj: &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}, mark: "shop"},
+		{obj: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "istio-system", Name: "istiod-1"}}, all: true},
+		{obj: &admissionregv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, all: true},
+		{obj: "not an object", all: true},
+	} {
+		tally.markObject(tc.obj, false)
+		dirty, all := tally.take()
+		assert.Equal(t, tc.all, all, "%T", tc.obj)
+		if tc.mark != "" {
+			assert.Equal(t, map[string]bool{tc.mark: true}, dirty, "%T", tc.obj)
+		} else {
+			assert.Empty(t, dirty)
+		}
+	}
+}
