@@ -8,7 +8,18 @@ GO ?= go
 K8S_LDFLAGS := -X k8s.io/component-base/version.gitVersion=v1.37.2 \
                -X k8s.io/component-base/version.gitMajor=1 \
                -X k8s.io/component-base/version.gitMinor=37
-E2E_TIMEOUT ?= 45m
+# The longest one e2e scenario may take, and how many run at once.
+E2E_TIMEOUT ?= 15m
+E2E_JOBS ?= 3
+
+# Every build but make unit's -race one is static and -trimpath, as the
+# image's is: the image test, go vet, staticcheck, the e2e world, istiod,
+# helm and the demo then share one build of the packages they have in
+# common (the four modules require the same versions of them), where
+# different flags would compile each of them again (a fresh machine's
+# make test compiled client-go four times).
+export CGO_ENABLED := 0
+export GOFLAGS := $(strip $(GOFLAGS) -trimpath)
 
 # The one version: the chart's appVersion. make build stamps it into the
 # binary, and make image tags the image with it, the tag the chart's
@@ -87,7 +98,7 @@ helm-lint: ## helm lint the chart (helm comes from hack/tools through the Go too
 # times, 100 s instrumented against 20 s, and it holds no concurrent code of ours.
 .PHONY: unit
 unit: ## Unit and table tests of the root module and of hack/tools (which builds the image and runs its binary).
-	$(GO) test -race -count=1 ./...
+	CGO_ENABLED=1 $(GO) test -race -count=1 ./...
 	cd hack/tools && $(GO) test -count=1 ./...
 
 # Every fuzz target, as package:FuzzName. Add new ones to the list.
@@ -123,8 +134,8 @@ istio: ## Build the real istiod (pilot-discovery) and helm, and copy Istio's cha
 	@e2e/hack/get-istio.sh
 
 .PHONY: e2e
-e2e: prometheus istio ## End-to-end tests on the local world (real apiserver, etcd, controllers, Prometheus).
-	cd e2e && $(GO) test -count=1 -timeout $(E2E_TIMEOUT) -ldflags "$(K8S_LDFLAGS)" ./...
+e2e: prometheus istio ## End-to-end tests on the local world (real apiserver, etcd, controllers, Prometheus); E2E_JOBS scenarios at once (3).
+	E2E_LDFLAGS="$(K8S_LDFLAGS)" E2E_TIMEOUT=$(E2E_TIMEOUT) E2E_JOBS=$(E2E_JOBS) e2e/hack/run-e2e.sh
 
 .PHONY: demo-check
 demo-check: prometheus istio ## Run the demo non-interactively; fails unless it ends as expected.
@@ -153,8 +164,11 @@ explore: ## Explore deeper (EXPLORE_DEPTH=4; EXPLORE_SEEDS, EXPLORE_CHECKS, EXPL
 	  MESHWAVE_EXPLORE_RESULTS=$(BENCH_OUT) MESHWAVE_EXPLORE_COMMIT=$$(git rev-parse --short HEAD 2>/dev/null || echo unknown) \
 	  $(GO) test -count=1 -timeout 12h -run '^TestEveryEventSequenceKeepsTheInvariants$$' -v ./canary | grep -v '^=== '
 
+# The benchmarks' small runs and the demo each boot a world and mostly wait
+# on it: they run side by side, each one's output printed when it ends.
 .PHONY: test
-test: lint unit explore-smoke fuzz e2e bench-smoke demo-check ## Every tier: lint, unit, the exploration (small), fuzz (briefly), e2e, each benchmark once (small), and the demo once.
+test: lint unit explore-smoke fuzz e2e ## Every tier: lint, unit, the exploration (small), fuzz (briefly), e2e, each benchmark once (small), and the demo once.
+	@$(MAKE) --no-print-directory -j2 --output-sync=target bench-smoke demo-check
 
 BENCH_OUT := $(CURDIR)/bench/results.md
 

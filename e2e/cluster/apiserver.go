@@ -8,9 +8,12 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
+	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -99,8 +102,32 @@ func startAPIServer(tb *harnessTB, etcdURL, dir string) (*apiServer, error) {
 	return a, nil
 }
 
+// testServerSources lets Kubernetes' test server find its own package in
+// a binary built with -trimpath, as make builds everything: it locates
+// its testdata from the path of its source file, and such a binary holds
+// module paths only (k8s.io/kubernetes@v1.37.2/...). The test server
+// reads Bazel's TEST_SRCDIR and TEST_WORKSPACE to build that path again;
+// the module cache, where the go command keeps those sources, is that
+// directory here.
+var testServerSources = sync.OnceValue(func() error {
+	if _, file, _, ok := runtime.Caller(0); !ok || filepath.IsAbs(file) || os.Getenv("TEST_SRCDIR") != "" {
+		return nil
+	}
+	out, err := exec.Command("go", "env", "GOMODCACHE").Output()
+	if err != nil {
+		return fmt.Errorf("locate the module cache for the apiserver's test server (go env GOMODCACHE): %w", err)
+	}
+	if err := os.Setenv("TEST_SRCDIR", strings.TrimSpace(string(out))); err != nil {
+		return err
+	}
+	return os.Setenv("TEST_WORKSPACE", ".")
+})
+
 // start runs one kube-apiserver instance and returns its address.
 func (a *apiServer) start() (string, error) {
+	if err := testServerSources(); err != nil {
+		return "", err
+	}
 	opts := apiservertesting.NewDefaultTestServerOptions()
 	// The invariant check scrapes the apiserver's own metrics at teardown and
 	// fails on labels it does not expect; it tests Kubernetes, not us.

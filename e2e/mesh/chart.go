@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -25,6 +24,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
+
+	"github.com/meshwave/meshwave/e2e/checkout"
 )
 
 // IstioArtifacts are what the world needs to run Istio's real control
@@ -47,11 +48,11 @@ type IstioArtifacts struct {
 func FindIstioArtifacts() (IstioArtifacts, error) {
 	dir := os.Getenv("MESHWAVE_ISTIO_DIR")
 	if dir == "" {
-		_, file, _, ok := runtime.Caller(0)
-		if !ok {
-			return IstioArtifacts{}, errors.New("cannot locate e2e/.cache/istio")
+		d, err := checkout.Path("e2e", ".cache", "istio")
+		if err != nil {
+			return IstioArtifacts{}, fmt.Errorf("cannot locate e2e/.cache/istio: %w", err)
 		}
-		dir = filepath.Join(filepath.Dir(file), "..", ".cache", "istio")
+		dir = d
 	}
 	a := IstioArtifacts{
 		PilotDiscovery: filepath.Join(dir, "pilot-discovery"),

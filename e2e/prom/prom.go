@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,6 +24,8 @@ import (
 	"github.com/prometheus/common/model"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/yaml"
+
+	"github.com/meshwave/meshwave/e2e/checkout"
 )
 
 // Target is a static target of a scrape job. Targets with the same Job
@@ -75,8 +76,7 @@ func FindBinary() (string, error) {
 	if b := os.Getenv("MESHWAVE_PROMETHEUS"); b != "" {
 		return b, nil
 	}
-	if _, file, _, ok := runtime.Caller(0); ok {
-		b := filepath.Join(filepath.Dir(file), "..", ".cache", "prometheus", "usr", "bin", "prometheus")
+	if b, err := checkout.Path("e2e", ".cache", "prometheus", "usr", "bin", "prometheus"); err == nil {
 		if _, err := os.Stat(b); err == nil {
 			return b, nil
 		}

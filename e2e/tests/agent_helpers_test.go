@@ -206,3 +206,12 @@ func runCLI(t *testing.T, f *fixture.Fixture, args ...string) string {
 	require.NoError(t, err, "meshwave %v: %s", args, stderr.String())
 	return string(out)
 }
+
+// TestMain removes the meshwave binary the scenarios built, if any.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if cliPath != "" {
+		os.RemoveAll(filepath.Dir(cliPath))
+	}
+	os.Exit(code)
+}

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 	"testing"
@@ -36,17 +35,18 @@ import (
 
 	"github.com/meshwave/meshwave/agent"
 	"github.com/meshwave/meshwave/canary"
+	"github.com/meshwave/meshwave/e2e/checkout"
 	"github.com/meshwave/meshwave/e2e/fixture"
 	"github.com/meshwave/meshwave/e2e/mesh"
 	"github.com/meshwave/meshwave/e2e/prom"
 	"github.com/meshwave/meshwave/e2e/world"
 )
 
-// repoRoot is the root of the repository, found from this file's path.
+// repoRoot is the root of the repository.
 func repoRoot(t *testing.T) string {
-	_, file, _, ok := runtime.Caller(0)
-	require.True(t, ok)
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+	root, err := checkout.Root()
+	require.NoError(t, err)
+	return root
 }
 
 // helm runs helm through the Go toolchain, as the Makefile does.

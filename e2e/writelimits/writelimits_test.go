@@ -7,7 +7,6 @@ import (
 	"context"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -27,6 +26,8 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/cel/environment"
 	"k8s.io/utils/ptr"
+
+	"github.com/meshwave/meshwave/e2e/checkout"
 )
 
 const agent = "system:serviceaccount:istio-system:meshwave"
@@ -34,8 +35,8 @@ const agent = "system:serviceaccount:istio-system:meshwave"
 // policy renders the chart's ValidatingAdmissionPolicy.
 func policy(t *testing.T) *admissionregv1.ValidatingAdmissionPolicy {
 	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..")
+	root, err := checkout.Root()
+	require.NoError(t, err)
 	cmd := exec.Command("go", "tool", "helm", "template", "meshwave", filepath.Join(root, "charts", "meshwave"), "-n", "istio-system",
 		"--api-versions", "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy", "--show-only", "templates/writelimits.yaml")
 	cmd.Dir = filepath.Join(root, "hack", "tools")
