@@ -109,6 +109,12 @@ FUZZ_TARGETS := \
 	./canary:FuzzReadMoveRecord \
 	./canary:FuzzAnnotations \
 	./canary:FuzzDecide
+# The targets make test fuzzes briefly: those whose packages do not link
+# the Kubernetes client. Fuzzing builds every package of the test binary
+# instrumented, and the agent's would compile client-go and its
+# dependencies again (7.5 of make test's minutes on a fresh machine).
+# make unit replays every target's seed corpus; make fuzz fuzzes them all.
+FUZZ_BRIEF_TARGETS := $(filter-out ./agent:%,$(FUZZ_TARGETS))
 # How long `make fuzz` runs each target after its seed corpus, and how long
 # it may spend shrinking an input (new coverage included) before going on.
 # Counts, not durations: Go before 1.27 can fail a target with a bare
@@ -164,11 +170,31 @@ explore: ## Explore deeper (EXPLORE_DEPTH=4; EXPLORE_SEEDS, EXPLORE_CHECKS, EXPL
 	  MESHWAVE_EXPLORE_RESULTS=$(BENCH_OUT) MESHWAVE_EXPLORE_COMMIT=$$(git rev-parse --short HEAD 2>/dev/null || echo unknown) \
 	  $(GO) test -count=1 -timeout 12h -run '^TestEveryEventSequenceKeepsTheInvariants$$' -v ./canary | grep -v '^=== '
 
-# The benchmarks' small runs and the demo each boot a world and mostly wait
-# on it: they run side by side, each one's output printed when it ends.
+# make test runs in two lanes. In the foreground: lint, the exploration,
+# the e2e suite, then the benchmarks' small runs beside the demo (each
+# boots a world and mostly waits on it; each one's output is printed when
+# it ends). In the background from the start, at the lowest priority, so
+# that it takes only the cores the foreground leaves idle: the -race build
+# of the unit tests, and the brief fuzzing (FUZZ_BRIEF_TARGETS). Its output
+# is printed when both lanes end; then the unit tests run, their build
+# done.
 .PHONY: test
-test: lint unit explore-smoke fuzz e2e ## Every tier: lint, unit, the exploration (small), fuzz (briefly), e2e, each benchmark once (small), and the demo once.
+test: ## Every tier: lint, the exploration (small), e2e, each benchmark once (small), the demo once, fuzz (briefly), unit.
+	@mkdir -p bin; rm -f bin/test-background.rc; \
+	  { nice -n 19 $(MAKE) --no-print-directory test-background > bin/test-background.log 2>&1; echo $$? > bin/test-background.rc; } & \
+	  $(MAKE) --no-print-directory test-foreground; fg=$$?; wait; \
+	  echo "== the background lane: the unit tests' -race build, fuzzing"; cat bin/test-background.log; \
+	  [ "$$fg" -eq 0 ] && [ "$$(cat bin/test-background.rc)" -eq 0 ]
+	@$(MAKE) --no-print-directory unit
+
+.PHONY: test-foreground
+test-foreground: lint explore-smoke e2e
 	@$(MAKE) --no-print-directory -j2 --output-sync=target bench-smoke demo-check
+
+.PHONY: test-background
+test-background:
+	CGO_ENABLED=1 $(GO) test -race -count=1 -run '^$$' ./... > /dev/null
+	@$(MAKE) --no-print-directory fuzz FUZZ_TARGETS="$(FUZZ_BRIEF_TARGETS)"
 
 BENCH_OUT := $(CURDIR)/bench/results.md
 

@@ -5,8 +5,8 @@
 # run E2E_JOBS at a time (3 by default), the longest first, each in a
 # process of its own: worlds share no process-wide state, and the test
 # binary is built and linked once. The other packages run as go test runs
-# them, but e2e/bench, which holds benchmarks only (make bench and make
-# bench-smoke run them).
+# them, beside the scenarios, but e2e/bench, which holds benchmarks only
+# (make bench and make bench-smoke run them).
 #
 #   E2E_JOBS       scenarios at once (3; 1 runs them one after the other)
 #   E2E_TIMEOUT    the longest a scenario may take (15m)
@@ -23,10 +23,13 @@ trap 'rm -rf "$work"' EXIT
 cd "$e2e"
 
 go test -c -o "$work/tests.test" -ldflags "$ldflags" ./tests
+# The other packages build, link and run beside the scenarios.
 others=$(go list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./... | grep -v '/e2e/\(tests\|bench\)$' || true)
+others_rc=0
 if [ -n "$others" ]; then
   # shellcheck disable=SC2086
-  go test -count=1 -ldflags "$ldflags" $others
+  go test -count=1 -ldflags "$ldflags" $others > "$work/others.out" 2>&1 &
+  others_pid=$!
 fi
 
 (cd tests && "$work/tests.test" -test.list "$run") | grep '^Test' > "$work/names" || true
@@ -46,8 +49,10 @@ scenario() {
   start=$(date +%s)
   (cd "$e2e/tests" && "$work/tests.test" -test.run "^${name}\$" -test.timeout "$timeout" -test.v) \
     > "$work/$name.out" 2>&1 || rc=$?
+  local boots
+  boots=$(grep -o 'local world booted in [0-9.]*[mµ]*s' "$work/$name.out" | awk '{print $NF}' | paste -sd, - || true)
   if [ "$rc" -eq 0 ]; then
-    echo "ok    $name $(( $(date +%s) - start ))s"
+    echo "ok    $name $(( $(date +%s) - start ))s${boots:+ (world booted in $boots)}"
     echo "$(( $(date +%s) - start )) $name" >> "$work/seconds"
   else
     echo "FAIL  $name $(( $(date +%s) - start ))s" | tee -a "$work/failed"
@@ -59,9 +64,16 @@ export e2e work timeout
 xargs -a "$work/list" -P "$jobs" -I{} bash -c 'scenario "$1"' _ {}
 
 echo "e2e/tests: $total scenarios in $(( $(date +%s) - begin ))s"
-if [ "$run" = . ] && [ ! -s "$work/failed" ]; then
+if [ -n "$others" ]; then
+  wait "$others_pid" || others_rc=$?
+  cat "$work/others.out"
+fi
+if [ "$run" = . ] && [ ! -s "$work/failed" ] && [ -s "$work/seconds" ]; then
   mkdir -p "$e2e/.cache"
   sort -k1,1nr "$work/seconds" > "$e2e/.cache/e2e-seconds.txt"
+fi
+if [ "$others_rc" -ne 0 ]; then
+  echo "FAIL: the e2e packages beside the scenarios"
 fi
 if [ -s "$work/failed" ]; then
   while read -r _ name _; do
@@ -71,3 +83,4 @@ if [ -s "$work/failed" ]; then
   echo "FAIL: $(wc -l < "$work/failed") of $total scenarios"
   exit 1
 fi
+[ "$others_rc" -eq 0 ]

@@ -49,7 +49,8 @@ func repoRoot(t *testing.T) string {
 	return root
 }
 
-// helm runs helm through the Go toolchain, as the Makefile does.
+// helm runs the helm make istio builds from hack/tools (the one make
+// helm-lint runs), so that the tests build it no second time.
 func helm(t *testing.T, args ...string) string {
 	t.Helper()
 	out, stderr, err := runHelm(t, args...)
@@ -59,7 +60,9 @@ func helm(t *testing.T, args ...string) string {
 
 func runHelm(t *testing.T, args ...string) (string, string, error) {
 	t.Helper()
-	cmd := exec.Command("go", append([]string{"tool", "helm"}, args...)...)
+	artifacts, err := mesh.FindIstioArtifacts()
+	require.NoError(t, err)
+	cmd := exec.Command(artifacts.Helm, args...)
 	cmd.Dir = filepath.Join(repoRoot(t), "hack", "tools")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

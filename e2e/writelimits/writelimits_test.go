@@ -28,6 +28,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/meshwave/meshwave/e2e/checkout"
+	"github.com/meshwave/meshwave/e2e/mesh"
 )
 
 const agent = "system:serviceaccount:istio-system:meshwave"
@@ -37,7 +38,10 @@ func policy(t *testing.T) *admissionregv1.ValidatingAdmissionPolicy {
 	t.Helper()
 	root, err := checkout.Root()
 	require.NoError(t, err)
-	cmd := exec.Command("go", "tool", "helm", "template", "meshwave", filepath.Join(root, "charts", "meshwave"), "-n", "istio-system",
+	// The helm make istio builds, at the version hack/tools pins.
+	artifacts, err := mesh.FindIstioArtifacts()
+	require.NoError(t, err)
+	cmd := exec.Command(artifacts.Helm, "template", "meshwave", filepath.Join(root, "charts", "meshwave"), "-n", "istio-system",
 		"--api-versions", "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy", "--show-only", "templates/writelimits.yaml")
 	cmd.Dir = filepath.Join(root, "hack", "tools")
 	out, err := cmd.Output()
