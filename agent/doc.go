@@ -46,7 +46,9 @@
 //	meshwave_leader                                     1 while this replica leads
 //
 // RegisterClientMetrics adds client-go's meshwave_kube_request_duration_seconds{verb}
-// and meshwave_kube_requests_total{method,code}, and the workqueue's
+// and meshwave_kube_requests_total{method,code},
+// meshwave_kube_received_bytes_total (counted on the connections of the
+// clients CountReceived was given), and the workqueue's
 // meshwave_workqueue_{depth,adds_total,queue_duration_seconds,work_duration_seconds,
 // unfinished_work_seconds,longest_running_processor_seconds,retries_total}{queue}.
 // No label ever names a pod.

@@ -329,6 +329,9 @@ func RegisterClientMetrics(reg prometheus.Registerer) {
 	if err := reg.Register(results); err != nil {
 		return
 	}
+	if err := reg.Register(receivedBytes); err != nil {
+		return
+	}
 	clientmetrics.Register(clientmetrics.RegisterOpts{
 		RequestLatency: latencyAdapter{latency},
 		RequestResult:  resultAdapter{results},

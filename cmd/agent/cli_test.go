@@ -144,6 +144,8 @@ flags:
     	path to the agent's YAML config file (default: built-in defaults)
   -context string
     	kubeconfig context to use
+  -kube-api-encoding encoding
+    	the encoding the Kubernetes API server sends the built-in kinds in: protobuf (the default, as Kubernetes' own controllers ask for) or json
   -kubeconfig string
     	path to a kubeconfig (default: $KUBECONFIG, ~/.kube/config, then in-cluster)
   -o format

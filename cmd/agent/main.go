@@ -25,6 +25,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
@@ -45,12 +46,28 @@ func main() {
 // common are the flags every command takes.
 type common struct {
 	kubeconfig, context, config string
+	encoding                    string
+}
+
+// encodings are the values of -kube-api-encoding: the content type the
+// clients ask the API server for, of the built-in kinds.
+var encodings = map[string]string{
+	"protobuf": runtime.ContentTypeProtobuf,
+	"json":     runtime.ContentTypeJSON,
 }
 
 func (c *common) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "path to a kubeconfig (default: $KUBECONFIG, ~/.kube/config, then in-cluster)")
 	fs.StringVar(&c.context, "context", "", "kubeconfig context to use")
 	fs.StringVar(&c.config, "config", "", "path to the agent's YAML config file (default: built-in defaults)")
+	c.encoding = "protobuf"
+	fs.Func("kube-api-encoding", "the `encoding` the Kubernetes API server sends the built-in kinds in: protobuf (the default, as Kubernetes' own controllers ask for) or json", func(v string) error {
+		if _, ok := encodings[v]; !ok {
+			return fmt.Errorf("%q is not an encoding: expected protobuf or json", v)
+		}
+		c.encoding = v
+		return nil
+	})
 }
 
 func (c *common) restConfig() (*rest.Config, error) {
@@ -62,6 +79,11 @@ func (c *common) restConfig() (*rest.Config, error) {
 	}
 	cfg.UserAgent = "meshwave"
 	cfg.QPS, cfg.Burst = 50, 100
+	// The built-in kinds in the encoding asked for, JSON for the others
+	// (the dynamic client asks for JSON whatever this says).
+	cfg.ContentType = encodings[c.encoding]
+	cfg.AcceptContentTypes = encodings[c.encoding] + "," + runtime.ContentTypeJSON
+	agent.CountReceived(cfg)
 	return cfg, nil
 }
 

@@ -56,8 +56,14 @@ func BenchmarkAtScale(b *testing.B) {
 		agentBin := build(b, dir, "meshwave", "github.com/meshwave/meshwave/cmd/agent")
 		plainBin := build(b, dir, "plaininformer", "github.com/meshwave/meshwave/e2e/cmd/plaininformer")
 
-		agentRSS, agentHeap := runAgent(b, f, dir, agentBin)
-		plainRSS, plainHeap := runPlain(b, f, plainBin)
+		var runs []agentRun
+		for _, v := range agentVariants {
+			runs = append(runs, runAgent(b, f, dir, agentBin, v))
+		}
+		agentRSS, agentHeap := runs[0].rss, runs[0].heap
+		plain := runPlain(b, f, plainBin)
+		plainRSS, plainHeap := plain.rss, plain.heap
+		recordTransfer(b, nss*deps*pods, runs, plain)
 
 		b.ReportMetric(float64(agentRSS)/(1<<20), "agent-rss-MiB")
 		b.ReportMetric(float64(agentHeap)/(1<<20), "agent-heap-MiB")
@@ -156,41 +162,112 @@ func build(b testing.TB, dir, name, pkg string) string {
 	return out
 }
 
-// runAgent starts the meshwave binary against the world and returns its
-// resident memory and Go heap in use once its caches have synced.
-func runAgent(b testing.TB, f *fixture.Fixture, dir, bin string) (rss, heap int64) {
+// agentVariant is how the agent asks the API server for its caches'
+// objects: the encoding of the built-in kinds (its -kube-api-encoding) and
+// whether client-go's reflectors stream the first listing as a watch
+// (the WatchListClient feature, client-go's default since 1.35) or list
+// it in pages.
+type agentVariant struct {
+	encoding  string
+	watchList bool
+}
+
+func (v agentVariant) String() string {
+	how := "paged lists"
+	if v.watchList {
+		how = "watch-list"
+	}
+	return v.encoding + ", " + how
+}
+
+// agentVariants are measured in turn in the loaded world, the agent's
+// defaults first: its memory is the one the memory table reports.
+var agentVariants = []agentVariant{
+	{encoding: "protobuf", watchList: true},
+	{encoding: "protobuf", watchList: false},
+	{encoding: "json", watchList: false},
+	{encoding: "json", watchList: true},
+}
+
+// agentRun is what one start of the agent cost until its caches synced.
+type agentRun struct {
+	variant   agentVariant
+	rss, heap int64
+	// received is the bytes its connections received until synced; cpu
+	// its CPU seconds then; sync the time from its start.
+	received int64
+	cpu      float64
+	sync     time.Duration
+}
+
+// runAgent starts the meshwave binary against the world as v says and
+// measures its start: the bytes received, the CPU seconds and the time
+// until its caches synced (its /readyz), and its resident memory and Go
+// heap in use a few seconds later.
+func runAgent(b testing.TB, f *fixture.Fixture, dir, bin string, v agentVariant) agentRun {
 	b.Helper()
 	addr := freeAddr(b)
 	config := filepath.Join(dir, "config.yaml")
 	require.NoError(b, os.WriteFile(config, []byte("leaderElection:\n  enabled: false\n"), 0o600))
-	cmd := exec.Command(bin, "run", "--kubeconfig", f.World.Cluster.Kubeconfig, "--config", config, "--metrics-address", addr)
+	cmd := exec.Command(bin, "run", "--kubeconfig", f.World.Cluster.Kubeconfig, "--config", config, "--metrics-address", addr,
+		"--kube-api-encoding", v.encoding)
+	cmd.Env = append(os.Environ(), fmt.Sprintf("KUBE_FEATURE_WatchListClient=%t", v.watchList))
 	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+	start := time.Now()
 	require.NoError(b, cmd.Start())
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	f.EventuallyWithin("the agent's caches to sync", 5*time.Minute, func() (bool, string) {
+	run := agentRun{variant: v}
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
 		resp, err := http.Get("http://" + addr + "/readyz")
-		if err != nil {
-			return false, err.Error()
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				run.sync = time.Since(start)
+				break
+			}
 		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, resp.Status
-	})
+		require.True(b, time.Now().Before(deadline), "the agent's caches did not sync in 5 minutes (%s)", v)
+		time.Sleep(20 * time.Millisecond)
+	}
+	metrics := scrape(b, addr)
+	run.received = int64(metricValue(b, metrics, "meshwave_kube_received_bytes_total"))
+	run.cpu = metricValue(b, metrics, "process_cpu_seconds_total")
 	time.Sleep(5 * time.Second) // settle: the first reconciles, a GC
+	run.heap = int64(metricValue(b, scrape(b, addr), "go_memstats_heap_inuse_bytes"))
+	run.rss = vmRSS(b, cmd.Process.Pid)
+	return run
+}
+
+// scrape reads the agent's /metrics.
+func scrape(b testing.TB, addr string) []byte {
+	b.Helper()
 	resp, err := http.Get("http://" + addr + "/metrics")
 	require.NoError(b, err)
 	body, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	require.NoError(b, err)
-	m := regexp.MustCompile(`(?m)^go_memstats_heap_inuse_bytes ([0-9.e+]+)$`).FindSubmatch(body)
-	require.NotNil(b, m, "go_memstats_heap_inuse_bytes in the agent's metrics")
-	h, err := strconv.ParseFloat(string(m[1]), 64)
-	require.NoError(b, err)
-	return vmRSS(b, cmd.Process.Pid), int64(h)
+	return body
 }
 
-// runPlain starts the plain informers and returns their resident memory
-// and Go heap in use once synced.
-func runPlain(b testing.TB, f *fixture.Fixture, bin string) (rss, heap int64) {
+// metricValue is the value of an unlabelled series in a scrape.
+func metricValue(b testing.TB, metrics []byte, name string) float64 {
+	b.Helper()
+	m := regexp.MustCompile(`(?m)^` + name + ` ([0-9.e+]+)$`).FindSubmatch(metrics)
+	require.NotNil(b, m, "%s in the agent's metrics", name)
+	v, err := strconv.ParseFloat(string(m[1]), 64)
+	require.NoError(b, err)
+	return v
+}
+
+// plainRun is what the plain informers hold and received once synced.
+type plainRun struct {
+	rss, heap, received int64
+}
+
+// runPlain starts the plain informers and returns their resident memory,
+// Go heap in use and the bytes received once synced.
+func runPlain(b testing.TB, f *fixture.Fixture, bin string) plainRun {
 	b.Helper()
 	cmd := exec.Command(bin, "--kubeconfig", f.World.Cluster.Kubeconfig)
 	stdout, err := cmd.StdoutPipe()
@@ -200,10 +277,47 @@ func runPlain(b testing.TB, f *fixture.Fixture, bin string) (rss, heap int64) {
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 	line, err := bufio.NewReader(stdout).ReadString('\n')
 	require.NoError(b, err)
-	var inuse, alloc int64
-	_, err = fmt.Sscanf(line, "synced heap_inuse=%d heap_alloc=%d", &inuse, &alloc)
+	var out plainRun
+	var alloc int64
+	_, err = fmt.Sscanf(line, "synced heap_inuse=%d heap_alloc=%d received=%d", &out.heap, &alloc, &out.received)
 	require.NoError(b, err, "plaininformer said %q", line)
-	return vmRSS(b, cmd.Process.Pid), inuse
+	out.rss = vmRSS(b, cmd.Process.Pid)
+	return out
+}
+
+// recordTransfer writes the start-up transfer of each variant beside the
+// plain informers'.
+func recordTransfer(b testing.TB, pods int, runs []agentRun, plain plainRun) {
+	b.Helper()
+	mb := func(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/1e6) }
+	perPod := func(n int64) string { return fmt.Sprintf("%.0f B", float64(n)/float64(pods)) }
+	lines := []string{
+		"| how the agent lists | received until synced | a pod | time to sync | CPU to sync | resident memory | Go heap |",
+		"|---|---|---|---|---|---|---|",
+	}
+	var before int64
+	for _, r := range runs {
+		if r.variant == (agentVariant{encoding: "json", watchList: true}) {
+			before = r.received
+		}
+	}
+	for i, r := range runs {
+		name := r.variant.String()
+		if i == 0 {
+			name += " (the agent's defaults)"
+		}
+		if r.variant == (agentVariant{encoding: "json", watchList: true}) {
+			name += " (client-go's defaults, the agent's before)"
+		}
+		lines = append(lines, fmt.Sprintf("| %s | %s (%.2f of JSON's watch-list) | %s | %s | %.1f s | %.1f MiB | %.1f MiB |",
+			name, mb(r.received), float64(r.received)/float64(before), perPod(r.received), r.sync.Round(10*time.Millisecond), r.cpu,
+			float64(r.rss)/(1<<20), float64(r.heap)/(1<<20)))
+	}
+	lines = append(lines, fmt.Sprintf("| plain full-object informers (JSON, watch-list) | %s | %s | | | %.1f MiB | %.1f MiB |",
+		mb(plain.received), perPod(plain.received), float64(plain.rss)/(1<<20), float64(plain.heap)/(1<<20)),
+		"",
+		"Bytes as they arrive on the clients' connections (TLS records; gzip where the API server compressed a response, which it does for responses over 128 KiB but not for watches), from the agent's start to its /readyz; CPU seconds from its process_cpu_seconds_total then; each variant a fresh process against the same loaded world, one after the other.")
+	record(b, fmt.Sprintf("Start-up transfer: %d pods", pods), lines...)
 }
 
 // vmRSS reads a process's resident memory.
