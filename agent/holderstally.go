@@ -5,6 +5,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 
@@ -46,7 +47,8 @@ type holderTally struct {
 	totals      map[holderKey]int
 	windowed    map[string]bool
 	windowedAt  time.Time
-	// recounted counts the recounts of each namespace, for tests.
+	// recounted counts the recounts of each namespace when not nil, as
+	// tests make it.
 	recounted map[string]int
 }
 
@@ -57,7 +59,7 @@ const windowRecount = time.Minute
 func newHolderTally(caches *Caches, rootNamespace string, decisions canary.Config) *holderTally {
 	return &holderTally{caches: caches, rootNamespace: rootNamespace, decisions: decisions, now: time.Now,
 		dirty: map[string]bool{}, all: true, byNamespace: map[string]map[holderKey]int{},
-		totals: map[holderKey]int{}, windowed: map[string]bool{}, recounted: map[string]int{}}
+		totals: map[holderKey]int{}, windowed: map[string]bool{}}
 }
 
 // watch marks the namespaces of the objects the caches' informers add,
@@ -69,8 +71,12 @@ func (t *holderTally) watch() {
 		everything := name == "webhooks"
 		// An informer not started yet never fails to take a handler.
 		reg, _ := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { t.markObject(obj, everything) },
-			UpdateFunc: func(_, obj any) { t.markObject(obj, everything) },
+			AddFunc: func(obj any) { t.markObject(obj, everything) },
+			UpdateFunc: func(old, obj any) {
+				if !resynced(old, obj) {
+					t.markObject(obj, everything)
+				}
+			},
 			DeleteFunc: func(obj any) { t.markObject(obj, everything) },
 		})
 		if reg != nil {
@@ -230,7 +236,9 @@ func (t *holderTally) recount(dirty map[string]bool, all bool) error {
 				t.totals[k] += n
 			}
 		}
-		t.recounted[ns]++
+		if t.recounted != nil {
+			t.recounted[ns]++
+		}
 		delete(t.windowed, ns)
 		if n, err := t.caches.Namespaces.Get(ns); err == nil {
 			if _, ok := n.Annotations[canary.AnnotationMaintenanceWindow]; ok {
@@ -239,6 +247,14 @@ func (t *holderTally) recount(dirty map[string]bool, all bool) error {
 		}
 	}
 	return nil
+}
+
+// resynced reports whether an update is an informer's resync: the same
+// version of the object delivered again, which changes no count.
+func resynced(old, obj any) bool {
+	o, err1 := meta.Accessor(old)
+	n, err2 := meta.Accessor(obj)
+	return err1 == nil && err2 == nil && o.GetResourceVersion() != "" && o.GetResourceVersion() == n.GetResourceVersion()
 }
 
 // isNamespace reports whether obj, or the object a deletion's tombstone
