@@ -26,9 +26,12 @@ type holderKey struct {
 // revisions and tags, the istiods of the root namespace): a change in the
 // root namespace or to a webhook configuration recounts every namespace.
 //
-// Counts depend on the time only through a namespace's maintenance
-// windows (one that never opens within a year blocks the namespace), so
-// the namespaces that carry them are recounted once a minute too.
+// Counts depend on the time through a namespace's maintenance windows (one
+// that never opens within a year blocks the namespace), so the namespaces
+// that carry them are recounted once a minute too. The one other way is
+// not followed: a migration retried after it stopped reads only the move
+// records dated after this replica's clock, so a record dated ahead of it
+// counts until the namespace's next change.
 type holderTally struct {
 	caches        *Caches
 	rootNamespace string
