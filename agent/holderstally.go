@@ -37,7 +37,8 @@ type holderTally struct {
 	rootNamespace string
 	decisions     canary.Config
 	now           func() time.Time
-	handlers      []cache.ResourceEventHandlerRegistration
+	// handlers are the event handlers watch added.
+	handlers []cache.ResourceEventHandlerRegistration
 
 	// marks is what changed since the last recount: namespaces, or all.
 	marksMu sync.Mutex
@@ -86,17 +87,6 @@ func (t *holderTally) watch() {
 			t.handlers = append(t.handlers, reg)
 		}
 	}
-}
-
-// told reports whether every handler has been told of every object its
-// informer held when it was added.
-func (t *holderTally) told() bool {
-	for _, h := range t.handlers {
-		if !h.HasSynced() {
-			return false
-		}
-	}
-	return true
 }
 
 // markObject marks obj's namespace, or the namespace obj is. Objects of

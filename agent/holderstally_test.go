@@ -18,6 +18,17 @@ import (
 	"github.com/meshwave/meshwave/canary"
 )
 
+// told reports whether every handler has been told of every object its
+// informer held when it was added.
+func (t *holderTally) told() bool {
+	for _, h := range t.handlers {
+		if !h.HasSynced() {
+			return false
+		}
+	}
+	return true
+}
+
 // fullCount counts every pod of the caches from scratch, as a scrape did
 // before the counts were kept by namespace.
 func fullCount(t *testing.T, c *Caches) map[holderKey]int {
