@@ -303,7 +303,14 @@ func watchLease(t testing.TB, f *fixture.Fixture, ns, name string) *leaseWatch {
 			if lease.Spec.HolderIdentity != nil {
 				holder = *lease.Spec.HolderIdentity
 			}
-			lw.observe(holder, time.Now())
+			// A new holder's tenure starts when it wrote the Lease,
+			// not when this watch heard of it: under load the holder's
+			// first write can come before the watch's event.
+			at := time.Now()
+			if lease.Spec.AcquireTime != nil && holder != "" {
+				at = lease.Spec.AcquireTime.Time
+			}
+			lw.observe(holder, at)
 		}
 	}()
 	t.Cleanup(w.Stop)
