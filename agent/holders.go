@@ -56,13 +56,16 @@ func (c *Caches) Holders(rootNamespace string, decisions canary.Config, wants fu
 	if err != nil {
 		return nil, err
 	}
-	return c.holdersOf(pods, rootNamespace, decisions, wants)
+	out, _, err := c.holdersOf(pods, rootNamespace, decisions, wants, time.Now())
+	return out, err
 }
 
-// holdersOf classifies pods as Holders does: the namespaces that hold them
-// are read and planned whole, so the pods of a namespace are classified
-// alike whether they are given alone or among every pod of the cluster.
-func (c *Caches) holdersOf(pods []*CachedPod, rootNamespace string, decisions canary.Config, wants func(revision string) bool) (map[string]canary.Holders, error) {
+// holdersOf classifies pods as Holders does, read at now: the namespaces
+// that hold them are read and planned whole, so the pods of a namespace
+// are classified alike whether they are given alone or among every pod of
+// the cluster. until holds, for each namespace whose classification
+// depends on the clock, the instant it may change (canary.Reading.Until).
+func (c *Caches) holdersOf(pods []*CachedPod, rootNamespace string, decisions canary.Config, wants func(revision string) bool, now time.Time) (out map[string]canary.Holders, until map[string]time.Time, err error) {
 	revs, counts := holderRevisions(pods, wants)
 	byRevision := make(map[string][]canary.HolderPod, len(counts))
 	for i, p := range pods {
@@ -79,17 +82,17 @@ func (c *Caches) holdersOf(pods []*CachedPod, rootNamespace string, decisions ca
 		})
 	}
 	if len(byRevision) == 0 {
-		return map[string]canary.Holders{}, nil
+		return map[string]canary.Holders{}, nil, nil
 	}
-	nsInfo, mesh, err := c.holderNamespaces(byRevision, rootNamespace, decisions)
+	nsInfo, mesh, until, err := c.holderNamespaces(byRevision, rootNamespace, decisions, now)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	out := make(map[string]canary.Holders, len(byRevision))
+	out = make(map[string]canary.Holders, len(byRevision))
 	for rev, ps := range byRevision {
 		out[rev] = canary.ClassifyHolders(canary.HoldersInput{Revision: rev, Pods: ps, Namespaces: nsInfo, Mesh: mesh})
 	}
-	return out, nil
+	return out, until, nil
 }
 
 // holderRevisions returns the revision each pod's sidecar status names,
@@ -124,12 +127,18 @@ func holderRevisions(pods []*CachedPod, wants func(revision string) bool) ([]str
 // full (its workloads gathered) only when a Deployment, StatefulSet or
 // DaemonSet of it holds a live pod off its target revision: the others'
 // holders need its target and status only, which a plan of no workload
-// gives, so a cluster whose migrations are over scrapes cheaply.
-func (c *Caches) holderNamespaces(byRevision map[string][]canary.HolderPod, rootNamespace string, decisions canary.Config) (map[string]canary.HolderNamespace, canary.Mesh, error) {
-	now := time.Now()
+// gives, so a cluster whose migrations are over scrapes cheaply. until is
+// as holdersOf's.
+func (c *Caches) holderNamespaces(byRevision map[string][]canary.HolderPod, rootNamespace string, decisions canary.Config, now time.Time) (map[string]canary.HolderNamespace, canary.Mesh, map[string]time.Time, error) {
 	mesh, err := c.mesh(rootNamespace)
 	if err != nil {
-		return nil, mesh, err
+		return nil, mesh, nil, err
+	}
+	until := map[string]time.Time{}
+	changes := func(ns string, r *canary.Reading) {
+		if t := r.Until(); !t.IsZero() && (until[ns].IsZero() || t.Before(until[ns])) {
+			until[ns] = t
+		}
 	}
 	out := map[string]canary.HolderNamespace{}
 	inputs := map[string]canary.PlanInput{}
@@ -150,6 +159,7 @@ func (c *Caches) holderNamespaces(byRevision map[string][]canary.HolderPod, root
 				in := canary.PlanInput{Snapshot: canary.Snapshot{Namespace: canary.Namespace{Name: ns.Name, Labels: ns.Labels, Annotations: ns.Annotations}, Mesh: mesh}, Status: st, StatusErr: err}
 				reading := canary.Read(in.Snapshot, st, err, decisions, now)
 				in.Reading = &reading
+				changes(ns.Name, &reading)
 				inputs[ns.Name] = in
 				light = append(light, in)
 			}
@@ -181,11 +191,12 @@ func (c *Caches) holderNamespaces(byRevision map[string][]canary.HolderPod, root
 		in := inputs[name]
 		ws, err := c.workloads(name)
 		if err != nil {
-			return nil, mesh, err
+			return nil, mesh, nil, err
 		}
 		in.Snapshot.Workloads = ws
 		reading := canary.Read(in.Snapshot, in.Status, in.StatusErr, decisions, now)
 		in.Reading = &reading
+		changes(name, &reading)
 		planned = append(planned, in)
 	}
 	for _, p := range canary.PlanWaves(planned, decisions.Sizes) {
@@ -193,7 +204,7 @@ func (c *Caches) holderNamespaces(byRevision map[string][]canary.HolderPod, root
 		h.Plan = &p
 		out[p.Namespace] = h
 	}
-	return out, mesh, nil
+	return out, mesh, until, nil
 }
 
 // ownerOf resolves what keeps a pod: the Deployment behind its ReplicaSet,

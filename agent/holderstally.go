@@ -26,12 +26,10 @@ type holderKey struct {
 // revisions and tags, the istiods of the root namespace): a change in the
 // root namespace or to a webhook configuration recounts every namespace.
 //
-// Counts depend on the time through a namespace's maintenance windows (one
-// that never opens within a year blocks the namespace), so the namespaces
-// that carry them are recounted once a minute too. The one other way is
-// not followed: a migration retried after it stopped reads only the move
-// records dated after this replica's clock, so a record dated ahead of it
-// counts until the namespace's next change.
+// A namespace's counts can also change with the clock alone (its
+// maintenance windows, a retried migration's rollbacks on record dated
+// ahead: canary.Reading.Until), so each namespace whose reading says when
+// it may change is recounted at that instant too.
 type holderTally struct {
 	caches        *Caches
 	rootNamespace string
@@ -49,21 +47,18 @@ type holderTally struct {
 	mu          sync.Mutex
 	byNamespace map[string]map[holderKey]int
 	totals      map[holderKey]int
-	windowed    map[string]bool
-	windowedAt  time.Time
+	// wake holds the instant each namespace whose counts depend on the
+	// clock is to be recounted.
+	wake map[string]time.Time
 	// recounted counts the recounts of each namespace when not nil, as
 	// tests make it.
 	recounted map[string]int
 }
 
-// windowRecount is how often the namespaces with maintenance windows are
-// recounted when nothing of theirs changes.
-const windowRecount = time.Minute
-
 func newHolderTally(caches *Caches, rootNamespace string, decisions canary.Config) *holderTally {
 	return &holderTally{caches: caches, rootNamespace: rootNamespace, decisions: decisions, now: time.Now,
 		dirty: map[string]bool{}, all: true, byNamespace: map[string]map[holderKey]int{},
-		totals: map[holderKey]int{}, windowed: map[string]bool{}}
+		totals: map[holderKey]int{}, wake: map[string]time.Time{}}
 }
 
 // watch marks the namespaces of the objects the caches' informers add,
@@ -138,14 +133,13 @@ func (t *holderTally) counts() (map[holderKey]int, map[string]bool, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.now()
-	if now.Sub(t.windowedAt) >= windowRecount {
-		for ns := range t.windowed {
+	for ns, at := range t.wake {
+		if !now.Before(at) {
 			t.mark(ns)
 		}
-		t.windowedAt = now
 	}
 	dirty, all := t.take()
-	if err := t.recount(dirty, all); err != nil {
+	if err := t.recount(dirty, all, now); err != nil {
 		if all {
 			t.markAll()
 		}
@@ -173,8 +167,8 @@ func (t *holderTally) counts() (map[holderKey]int, map[string]bool, error) {
 }
 
 // recount classifies the pods of the namespaces marked, or of every
-// namespace, and replaces their counts.
-func (t *holderTally) recount(dirty map[string]bool, all bool) error {
+// namespace, as read at now, and replaces their counts.
+func (t *holderTally) recount(dirty map[string]bool, all bool, now time.Time) error {
 	if !all && len(dirty) == 0 {
 		return nil
 	}
@@ -201,7 +195,7 @@ func (t *holderTally) recount(dirty map[string]bool, all bool) error {
 			pods = append(pods, ps...)
 		}
 	}
-	holders, err := t.caches.holdersOf(pods, t.rootNamespace, t.decisions, func(string) bool { return true })
+	holders, until, err := t.caches.holdersOf(pods, t.rootNamespace, t.decisions, func(string) bool { return true }, now)
 	if err != nil {
 		return err
 	}
@@ -232,11 +226,9 @@ func (t *holderTally) recount(dirty map[string]bool, all bool) error {
 		if t.recounted != nil {
 			t.recounted[ns]++
 		}
-		delete(t.windowed, ns)
-		if n, err := t.caches.Namespaces.Get(ns); err == nil {
-			if _, ok := n.Annotations[canary.AnnotationMaintenanceWindow]; ok {
-				t.windowed[ns] = true
-			}
+		delete(t.wake, ns)
+		if at, ok := until[ns]; ok {
+			t.wake[ns] = at
 		}
 	}
 	return nil

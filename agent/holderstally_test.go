@@ -10,10 +10,15 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
 
 	"github.com/meshwave/meshwave/canary"
 )
@@ -33,7 +38,15 @@ func (t *holderTally) told() bool {
 // before the counts were kept by namespace.
 func fullCount(t *testing.T, c *Caches) map[holderKey]int {
 	t.Helper()
-	all, err := c.Holders("istio-system", canary.Config{}, func(string) bool { return true })
+	return fullCountAt(t, c, time.Now())
+}
+
+// fullCountAt is fullCount read at now.
+func fullCountAt(t *testing.T, c *Caches, now time.Time) map[holderKey]int {
+	t.Helper()
+	pods, err := c.Pods.List(labels.Everything())
+	require.NoError(t, err)
+	all, _, err := c.holdersOf(pods, "istio-system", canary.Config{}, func(string) bool { return true }, now)
 	require.NoError(t, err)
 	out := map[holderKey]int{}
 	for rev, h := range all {
@@ -170,20 +183,21 @@ func TestTheHoldersCountFollowsEachChangeAndRecountsOnlyItsNamespace(t *testing.
 	assert.Empty(t, readSince(tally, before), "a scrape after no change reads no namespace")
 }
 
-func TestTheNamespacesWithMaintenanceWindowsAreRecountedOnceAMinute(t *testing.T) {
+func TestTheNamespacesWithMaintenanceWindowsAreRecountedWhenTheMinuteTurns(t *testing.T) {
 	tally, _, client := quietTally(t)
 	ctx := context.Background()
-	now := time.Now()
+	now := time.Now().Truncate(time.Minute).Add(10 * time.Second)
 	tally.now = func() time.Time { return now }
 	shop, err := client.CoreV1().Namespaces().Get(ctx, "shop", metav1.GetOptions{})
 	require.NoError(t, err)
 	shop.Annotations[canary.AnnotationMaintenanceWindow] = `{"schedule":"0 2 * * *","duration":"2h","timeZone":"UTC"}`
 	_, err = client.CoreV1().Namespaces().Update(ctx, shop, metav1.UpdateOptions{})
 	require.NoError(t, err)
+	turn := now.Truncate(time.Minute).Add(time.Minute)
 	require.Eventually(t, func() bool {
 		_, _, err := tally.counts()
 		require.NoError(t, err)
-		return tally.windowed["shop"]
+		return tally.wake["shop"].Equal(turn)
 	}, 10*time.Second, 20*time.Millisecond)
 
 	before := maps.Clone(tally.recounted)
@@ -191,11 +205,11 @@ func TestTheNamespacesWithMaintenanceWindowsAreRecountedOnceAMinute(t *testing.T
 	_, _, err = tally.counts()
 	require.NoError(t, err)
 	assert.Empty(t, readSince(tally, before), "within the minute, nothing is read")
-	now = now.Add(31 * time.Second)
+	now = turn
 	_, _, err = tally.counts()
 	require.NoError(t, err)
-	assert.Equal(t, []string{"shop"}, readSince(tally, before), "after it, shop alone is read")
-	assert.Equal(t, map[string]bool{"shop": true}, tally.windowed)
+	assert.Equal(t, []string{"shop"}, readSince(tally, before), "as the minute turns, shop alone is read")
+	assert.Equal(t, map[string]time.Time{"shop": turn.Add(time.Minute)}, tally.wake, "and it is due again at the next minute")
 }
 
 func TestAResyncMarksNothing(t *testing.T) {
@@ -230,4 +244,72 @@ func TestAMarkOfTheRootNamespaceOrOfAClusterObjectRecountsEverything(t *testing.
 			assert.Empty(t, dirty)
 		}
 	}
+}
+
+// A namespace whose migration stopped and whose target is set again to the
+// same revision is read as a retry made now, and a rollback on record
+// dated after that instant (by a leader whose clock runs ahead, or by
+// hand) is not history yet: the status adopted rolls back, and b, which it
+// returned, is not planned. Once the clock passes the record's date, b
+// will move. Nothing in the cluster changes, and shop has no maintenance
+// window: the tally recounts it at the date its reading gave.
+func TestTheHoldersCountFollowsTheClockWhereTheReadingDependsOnIt(t *testing.T) {
+	now := time.Now().UTC()
+	started := now.Truncate(time.Second).Add(-time.Hour)
+	migration := canary.MigrationID("1-26", started)
+	forward := canary.MoveRecord{Revision: "1-26", From: "1-25", Wave: 1, At: started.Add(time.Minute), Migration: migration}.Encode()
+	ahead := now.Add(3 * time.Second)
+	back := canary.MoveRecord{Revision: "1-25", From: "1-26", Wave: 1, At: ahead, Rollback: true, Migration: migration}.Encode()
+	deployment := func(name, record string) []runtime.Object {
+		d, rs := types.UID("d-"+name), types.UID("rs-"+name)
+		return []runtime.Object{
+			&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop", UID: d,
+				Annotations: map[string]string{"deployment.kubernetes.io/revision": "1", canary.AnnotationMove: record}},
+				Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](1)}},
+			&appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: name + "-rs", Namespace: "shop", UID: rs,
+				Annotations:     map[string]string{"deployment.kubernetes.io/revision": "1"},
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: name, UID: d, Controller: ptr.To(true)}}}},
+			injectedPod("shop", name+"-rs-x", "1-25", corev1.PodRunning,
+				[]metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: name + "-rs", UID: rs, Controller: ptr.To(true)}}),
+		}
+	}
+	objs := []runtime.Object{
+		&admissionregv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "istio-sidecar-injector-1-25", Labels: map[string]string{canary.LabelRev: "1-25"}}},
+		&admissionregv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "istio-sidecar-injector-1-26", Labels: map[string]string{canary.LabelRev: "1-26"}}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", Labels: map[string]string{canary.LabelRev: "1-25"},
+			Annotations: map[string]string{canary.AnnotationTargetRevision: "1-26",
+				canary.AnnotationStatus: `{"phase":"Stopped","target":"1-26","targetRevision":"1-26","wave":0,"totalWaves":0,"counts":{}}`}}},
+	}
+	objs = append(objs, deployment("a", forward)...)
+	objs = append(objs, deployment("b", back)...)
+	caches := NewCaches(fake.NewClientset(objs...), 0, nil)
+	startCaches(t, caches)
+	tally := newHolderTally(caches, "istio-system", canary.Config{})
+	tally.recounted = map[string]int{}
+	clock := now
+	tally.now = func() time.Time { return clock }
+	tally.watch()
+	require.Eventually(t, tally.told, 10*time.Second, 10*time.Millisecond)
+
+	got, _, err := tally.counts()
+	require.NoError(t, err)
+	require.Equal(t, map[holderKey]int{{"1-25", canary.ReasonMoved}: 1, {"1-25", canary.ReasonNotPlanned}: 1}, got,
+		"before the record's date: a moved, b returned by the rollback")
+	assert.Equal(t, map[string]time.Time{"shop": ahead}, tally.wake)
+
+	before := maps.Clone(tally.recounted)
+	clock = ahead.Add(-time.Millisecond)
+	_, _, err = tally.counts()
+	require.NoError(t, err)
+	assert.Empty(t, readSince(tally, before), "before the date, nothing is read")
+
+	clock = ahead
+	want := fullCountAt(t, caches, clock)
+	require.Equal(t, map[holderKey]int{{"1-25", canary.ReasonMoved}: 1, {"1-25", canary.ReasonWillMove}: 1}, want,
+		"from the date on, a count from scratch: b will move")
+	got, _, err = tally.counts()
+	require.NoError(t, err)
+	assert.Equal(t, want, got)
+	assert.Equal(t, []string{"shop"}, readSince(tally, before), "shop alone is read, at the date")
+	assert.Empty(t, tally.wake, "and its reading no longer depends on the clock")
 }
