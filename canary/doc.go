@@ -14,6 +14,7 @@
 // steps that handle them). Each rule lives in the file named for it:
 //
 //	reading.go    which migration the status is about: target, source, kept, new or rebuilt, undoing
+//	until.go      when the clock alone may change a reading
 //	records.go    what the move records say of each migration, and whether they contradict a status
 //	adopt.go      a status rebuilt from the records; a migration on record continued
 //	start.go      Pending: the precheck, the source, admission, the first wave
