@@ -212,7 +212,7 @@ bench: prometheus istio ## Every benchmark at full size (about 2.5 hours: the wa
 	@{ echo "## A scrape of meshwave_revision_holders at 100,000 injected pods (agent, 20 runs each)"; echo; echo '```'; } >> $(BENCH_OUT)
 	$(GO) test -run '^$$' -bench 'Holders' -benchmem -benchtime 20x ./agent | grep -E '^Benchmark' | tee -a $(BENCH_OUT)
 	@{ echo '```'; echo; } >> $(BENCH_OUT)
-	cd e2e && MESHWAVE_BENCH_OUT=$(BENCH_OUT) $(GO) test -timeout 4h -run '^$$' -bench . -benchtime 1x -ldflags "$(K8S_LDFLAGS)" ./bench/
+	cd e2e && MESHWAVE_BENCH_OUT=$(BENCH_OUT) $(GO) test -timeout 6h -run '^$$' -bench . -benchtime 1x -ldflags "$(K8S_LDFLAGS)" ./bench/
 
 .PHONY: bench-smoke
 bench-smoke: prometheus istio ## Each benchmark once, small, to prove it still works (part of make test).
