@@ -29,7 +29,7 @@ import (
 	"github.com/meshwave/meshwave/internal/podfixture"
 )
 
-// BenchmarkAtScale loads 2,000 namespaces, 20,000 Deployments and 100,000
+// BenchmarkAtScale loads 400 namespaces, 4,000 Deployments and 20,000
 // injected pods (10, 40 and 200 when small) into the local apiserver,
 // directly: the pods are bound to a node no kubelet runs, so they stay as
 // created. It then starts the meshwave binary and, beside it, plain
@@ -38,7 +38,7 @@ import (
 // same loaded world it then measures the agent's reaction times (100
 // samples of each, 5 when small): see measureReactions.
 func BenchmarkAtScale(b *testing.B) {
-	nss, deps, pods, samples := 2000, 10, 5, 100
+	nss, deps, pods, samples := 400, 10, 5, 100
 	if small() {
 		nss, deps, pods, samples = 10, 4, 5, 5
 	}
@@ -138,8 +138,8 @@ func load(b testing.TB, ctx context.Context, client kubernetes.Interface, nss, d
 
 // injectedPod is a pod as Istio's injector leaves it (podfixture), on a
 // node no kubelet runs. It says it is injected already, so that the
-// injector's object selector lets it be: loading 100,000 pods does not call
-// the injector 100,000 times.
+// injector's object selector lets it be: loading 20,000 pods does not call
+// the injector 20,000 times.
 func injectedPod(ns, app string, i int) *corev1.Pod {
 	p := podfixture.InjectedPod(ns, app, "7d9f8c6b5", i)
 	p.Labels["sidecar.istio.io/inject"] = "false"
