@@ -1,9 +1,11 @@
 package cluster
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
+	"syscall"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
@@ -15,14 +17,37 @@ type etcdServer struct {
 	clientURL string
 }
 
-// startEtcd starts a single-member etcd in dir. fsync is off: the data lives
-// only as long as the test, and fsync on a busy CI disk costs seconds.
+// etcdBindAttempts is how many pairs of ports startEtcd tries. etcd takes
+// its ports by number (freePort), so another process can take one first:
+// an outgoing connection's ephemeral port, on a machine that runs many
+// worlds side by side.
+const etcdBindAttempts = 5
+
+// etcdPort picks each port etcd listens on; tests replace it.
+var etcdPort = freePort
+
+// startEtcd starts a single-member etcd in dir, on other ports when a port
+// it was given was taken before it could listen.
 func startEtcd(dir string) (*etcdServer, error) {
-	clientPort, err := freePort("127.0.0.1")
+	var err error
+	for range etcdBindAttempts {
+		var s *etcdServer
+		if s, err = startEtcdOnce(dir); !errors.Is(err, syscall.EADDRINUSE) {
+			return s, err
+		}
+	}
+	return nil, err
+}
+
+// startEtcdOnce starts a single-member etcd in dir. fsync is off: the data
+// lives only as long as the test, and fsync on a busy CI disk costs
+// seconds.
+func startEtcdOnce(dir string) (*etcdServer, error) {
+	clientPort, err := etcdPort("127.0.0.1")
 	if err != nil {
 		return nil, err
 	}
-	peerPort, err := freePort("127.0.0.1")
+	peerPort, err := etcdPort("127.0.0.1")
 	if err != nil {
 		return nil, err
 	}
