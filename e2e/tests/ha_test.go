@@ -40,6 +40,13 @@ func TestHighAvailability(t *testing.T) {
 		assertServes(t, follower, 0)
 
 		waitForMove(f, ns, "c", 2)
+		// The crash cancels requests still in flight: one the apiserver
+		// applied but whose answer had not come back would be missing
+		// from the log. The leader dies once wave 2's patches are answered.
+		f.Eventually("the answers to wave 2's patches", func() (bool, string) {
+			p := log.patches("deployments " + ns)
+			return p["deployments failover/b"] == 1 && p["deployments failover/c"] == 1, fmt.Sprint(p)
+		})
 		crashed := time.Now()
 		replicas[leader].crash()
 		f.Eventually(follower.name+" to take the lease", func() (bool, string) {
