@@ -297,7 +297,7 @@ func TestStateIntegrity(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, int64(2), dep.Generation, "the Deployment restarted once")
 		assert.Equal(t, int64(2), daemons.Generation, "the DaemonSet restarted once: its patch that met the conflict changed nothing")
-		assert.LessOrEqual(t, log.patches("deployments "+ns+"/")["deployments "+ns+"/web"], 1)
+		assert.LessOrEqual(t, log.patches("deployments " + ns + "/")["deployments "+ns+"/web"], 1)
 		assert.Equal(t, map[string]int{"daemonsets " + ns + "/web": 1}, log.patches("daemonsets "+ns+"/"))
 		for _, e := range eventsFor(f, "DaemonSet", ns, "web") {
 			assert.False(t, strings.HasPrefix(e, "TemplateReverted: "), e)
