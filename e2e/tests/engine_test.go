@@ -101,6 +101,19 @@ func TestMeshV1SettingsArePersistedAsTheRunbookDoes(t *testing.T) {
 	// Decommission Mesh v1, then restart: the settings now come from the
 	// template alone.
 	require.NoError(t, f.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(f.Ctx, "asm-controller-pod-webhook", metav1.DeleteOptions{}))
+	// The apiserver calls a webhook until its own cache sees it deleted:
+	// a pod created before then is still mutated. A dry-run pod of
+	// frontend's says when it no longer is.
+	f.Eventually("the Mesh v1 webhook gone from admission", func() (bool, string) {
+		probe := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-", Namespace: ns, Labels: map[string]string{"app": "frontend"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "probe"}}}}
+		got, err := f.Client.CoreV1().Pods(ns).Create(f.Ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			return false, err.Error()
+		}
+		_, mutated := got.Labels[mesh.LabelMsname]
+		return !mutated, fmt.Sprint(got.Labels)
+	})
 	f.When().RestartDeployment(ns, "frontend").WaitForRollout(ns, "frontend").Then().PodsOnRevision(ns, "frontend", "1-26")
 	pods, _, err := f.DeploymentPods(ns, "frontend")
 	require.NoError(t, err)
