@@ -435,7 +435,10 @@ func TestRemovingAndReaddingTheTargetAfterARollbackRetries(t *testing.T) {
 	assert.Equal(t, 3, s.patches["a"], "moved, rolled back, moved again")
 }
 
-func TestARetryAfterAWaveRollbackResumesAndKeepsGoing(t *testing.T) {
+// stoppedAfterAWaveRollback plays toWave2, fails and rolls back wave 2
+// (b, c), and removes the target: the migration is Stopped, and the
+// rollback is on record.
+func stoppedAfterAWaveRollback(t *testing.T) *sim {
 	s := toWave2(t)
 	s.rollOut("1-26", "b")
 	s.decide(failRollout("c", "c did not roll out"))
@@ -444,10 +447,14 @@ func TestARetryAfterAWaveRollbackResumesAndKeepsGoing(t *testing.T) {
 	s.rollOut("1-25", "b", "c")
 	s.decide(s.gates())
 	require.Equal(t, PhaseRolledBack, s.status.Phase)
-
 	delete(s.snap.Namespace.Annotations, AnnotationTargetRevision)
 	s.decide(nil)
 	require.Equal(t, PhaseStopped, s.status.Phase)
+	return s
+}
+
+func TestARetryAfterAWaveRollbackResumesAndKeepsGoing(t *testing.T) {
+	s := stoppedAfterAWaveRollback(t)
 	s.now = s.now.Add(time.Hour)
 	s.snap.Namespace.Annotations[AnnotationTargetRevision] = "1-26"
 	d := s.decide(s.gates())

@@ -33,16 +33,7 @@ func TestAReadingOfANamespaceWithWindowsHoldsUntilTheMinuteTurns(t *testing.T) {
 // first of them, and no longer depends on the clock from then on, nor once
 // the retried status is written.
 func TestARetriedReadingHoldsUntilTheFirstRollbackOnRecordDatedAheadOfIt(t *testing.T) {
-	s := toWave2(t)
-	s.rollOut("1-26", "b")
-	s.decide(failRollout("c", "c did not roll out"))
-	require.Equal(t, PhaseRollingBack, s.status.Phase)
-	s.rollOut("1-25", "b", "c")
-	s.decide(s.gates())
-	require.Equal(t, PhaseRolledBack, s.status.Phase)
-	delete(s.snap.Namespace.Annotations, AnnotationTargetRevision)
-	s.decide(nil)
-	require.Equal(t, PhaseStopped, s.status.Phase)
+	s := stoppedAfterAWaveRollback(t)
 	s.snap.Namespace.Annotations[AnnotationTargetRevision] = "1-26"
 
 	var first time.Time
