@@ -214,6 +214,13 @@ bench: prometheus istio ## Every benchmark at full size (about 2.5 hours: the wa
 	@{ echo '```'; echo; } >> $(BENCH_OUT)
 	cd e2e && MESHWAVE_BENCH_OUT=$(BENCH_OUT) $(GO) test -timeout 6h -run '^$$' -bench . -benchtime 1x -ldflags "$(K8S_LDFLAGS)" ./bench/
 
+.PHONY: study
+study: ## Simulate waves for the sequential metric check against today's threshold mode (10,000 runs a cell); writes bench/results.md's study section and bench/study/*.svg.
+	@mkdir -p bench
+	cd hack/tools && $(GO) run ./study -runs $(STUDY_RUNS) -results $(BENCH_OUT) -commit $$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+
+STUDY_RUNS ?= 10000
+
 .PHONY: bench-smoke
 bench-smoke: prometheus istio ## Each benchmark once, small, to prove it still works (part of make test).
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./canary
