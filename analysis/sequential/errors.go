@@ -59,34 +59,141 @@ func (d Decision) String() string {
 	return "continue"
 }
 
-// ErrorProcess is the evidence an ErrorTest has gathered. Its zero value
-// is not usable: start one with ErrorTest.Start.
+// Control is what a moved workload's errors are held against.
+type Control int
+
+const (
+	// Concurrent: the workload's own pods not yet replaced, over the same
+	// looks. Each look's errors split between the arms as their error
+	// ratios and requests say, whatever made them more or fewer for both.
+	Concurrent Control = iota
+	// Others: the namespace's workloads not yet moved. How the errors split
+	// between them and the workload before its restart bounds that split's
+	// ratio; the looks are held to the bound, which takes out what the
+	// workloads differ by and what changed for both since (difference in
+	// differences).
+	Others
+	// Past: the workload's own error ratio before its restart, with nothing
+	// measured at the same time: a change that reaches every workload
+	// (a caller failing) reads as the revision's, as a baseline does.
+	Past
+)
+
+func (c Control) String() string {
+	switch c {
+	case Others:
+		return "the namespace's workloads not yet moved, against their split before the restart"
+	case Past:
+		return "its own error ratio before the restart"
+	}
+	return "its pods not yet replaced"
+}
+
+// process is one running e-process, as a natural log.
+type process interface {
+	observe(Look)
+	evidence() float64
+}
+
+func (p *ratioProcess) evidence() float64 { return p.logE }
+func (p *floorProcess) evidence() float64 { return p.logE }
+
+// never is a hypothesis the counts cannot refute, such as "at most a
+// ratio the history could not bound".
+type never struct{}
+
+func (never) observe(Look)      {}
+func (never) evidence() float64 { return 0 }
+
+// ErrorProcess is the evidence an ErrorTest has gathered, started by
+// ErrorTest.Start or ErrorTest.StartAgainstHistory.
 //
 // The healthy hypothesis is a union, "within the tolerance of the control
 // or under the floor", so the evidence against it is the smaller of the
 // evidence against each part: a wave fails only when both are refuted.
-// The unhealthy one is an intersection, so refuting either part passes;
-// each part is then held to 2/α, and the two chances of a wrong pass add
-// up to α.
+// The unhealthy one is an intersection, so refuting either part passes.
+// α is shared out so that the chances of a wrong verdict add up to at
+// most α each way; see the thresholds in Start and StartAgainstHistory.
 type ErrorProcess struct {
 	test                 ErrorTest
-	ratioFail, ratioPass ratioProcess
-	floorFail, floorPass floorProcess
-	looks                int
-	treatment, control   Counts
+	against              Control
+	ratioFail, ratioPass process
+	floorFail, floorPass process
+	// The log thresholds: the wave fails when the smaller fail evidence
+	// reaches failAt, passes when either pass evidence reaches its own.
+	failAt, passRatioAt, passFloorAt float64
+	looks                            int
+	treatment, control               Counts
 }
 
-// Start begins the evidence with no look yet.
+// Start begins the evidence against a Concurrent control, with no look
+// yet. A wave fails at 1/α. It passes when the ratio's evidence reaches
+// 2/α or the floor's does: α/2 each.
 func (t ErrorTest) Start() (*ErrorProcess, error) {
 	if err := t.Validate(); err != nil {
 		return nil, err
 	}
 	rho0 := 1 + t.Tolerance
 	return &ErrorProcess{
-		test:      t,
-		ratioFail: ratioProcess{rho0: rho0, up: true}, ratioPass: ratioProcess{rho0: rho0},
-		floorFail: floorProcess{f: t.Floor, up: true}, floorPass: floorProcess{f: t.Floor},
+		test: t, against: Concurrent,
+		ratioFail: &ratioProcess{rho0: rho0, up: true}, ratioPass: &ratioProcess{rho0: rho0},
+		floorFail: &floorProcess{f: t.Floor, up: true}, floorPass: &floorProcess{f: t.Floor},
+		failAt: math.Log(1 / t.Alpha), passRatioAt: math.Log(2 / t.Alpha), passFloorAt: math.Log(2 / t.Alpha),
 	}, nil
+}
+
+// StartAgainstHistory begins the evidence against what the arms served
+// before the restart: history holds the looks of that time, the treatment
+// being the workload's pods then (on the source revision) and the control
+// the namespace's workloads not yet moved, if there are any.
+//
+// The control is Others when the history bounds the split's ratio from
+// above, else Past: the choice reads only the history, before the first
+// look. For a fail, each way of choosing spends α/4 on its history bound
+// and the looks are held to 2/α: a healthy wave fails with chance at most
+// α/4 + α/4 + α/2. For a pass, the bounds take α/8 each, the ratio's
+// evidence must reach 4/α, and the floor's 2/α.
+func (t ErrorTest) StartAgainstHistory(history []Look) (*ErrorProcess, error) {
+	if err := t.Validate(); err != nil {
+		return nil, err
+	}
+	var past Counts
+	for _, l := range history {
+		if err := l.Treatment.valid(); err != nil {
+			return nil, fmt.Errorf("history: treatment: %w", err)
+		}
+		if err := l.Control.valid(); err != nil {
+			return nil, fmt.Errorf("history: control: %w", err)
+		}
+		past = past.add(l.Treatment)
+	}
+	rho0 := 1 + t.Tolerance
+	e := &ErrorProcess{
+		test:      t,
+		floorFail: &floorProcess{f: t.Floor, up: true}, floorPass: &floorProcess{f: t.Floor},
+		failAt: math.Log(2 / t.Alpha), passRatioAt: math.Log(4 / t.Alpha), passFloorAt: math.Log(2 / t.Alpha),
+	}
+	if hi := ratioUpper(history, t.Alpha/4); !math.IsInf(hi, 1) {
+		lo := ratioLower(history, t.Alpha/8)
+		e.against = Others
+		e.ratioFail = &ratioProcess{rho0: rho0 * hi, up: true}
+		e.ratioPass = never{}
+		if lo > 0 {
+			e.ratioPass = &ratioProcess{rho0: rho0 * lo}
+		}
+		return e, nil
+	}
+	e.against = Past
+	_, hi := rateBounds(past, t.Alpha/4)
+	lo, _ := rateBounds(past, t.Alpha/8)
+	e.ratioFail, e.ratioPass = never{}, never{}
+	if f := rho0 * hi; f < 1 {
+		e.ratioFail = &floorProcess{f: f, up: true}
+	}
+	if f := rho0 * lo; f > 0 && f < 1 {
+		e.ratioPass = &floorProcess{f: f}
+	}
+	return e, nil
 }
 
 // Split is the test each of n workloads of one wave runs so that the
@@ -108,34 +215,42 @@ func (e *ErrorProcess) Observe(l Look) error {
 	if err := l.Control.valid(); err != nil {
 		return fmt.Errorf("control: %w", err)
 	}
-	e.ratioFail.observe(l)
-	e.ratioPass.observe(l)
-	e.floorFail.observe(l.Treatment)
-	e.floorPass.observe(l.Treatment)
+	if e.against == Past {
+		// Only the workload's own history counts: pods measured at the same
+		// time are not its control.
+		l.Control = Counts{}
+	}
+	for _, p := range []process{e.ratioFail, e.ratioPass, e.floorFail, e.floorPass} {
+		p.observe(l)
+	}
 	e.looks++
 	e.treatment, e.control = e.treatment.add(l.Treatment), e.control.add(l.Control)
 	return nil
 }
 
-// FailEvidence is the evidence against "healthy", as a natural log: the
-// wave fails when it reaches log(1/α).
-func (e *ErrorProcess) FailEvidence() float64 {
-	return math.Min(e.ratioFail.logE, e.floorFail.logE)
+// Control is what the workload was held against.
+func (e *ErrorProcess) Control() Control { return e.against }
+
+// FailEvidence is the evidence against "healthy", as a natural log, and
+// the log threshold at which the wave fails.
+func (e *ErrorProcess) FailEvidence() (evidence, threshold float64) {
+	return math.Min(e.ratioFail.evidence(), e.floorFail.evidence()), e.failAt
 }
 
-// PassEvidence is the evidence against "unhealthy", as a natural log: the
-// wave passes when it reaches log(2/α).
+// PassEvidence is the larger of the evidence against "unhealthy" of the
+// ratio and of the floor, each as a natural log less its threshold: the
+// wave passes when it reaches 0.
 func (e *ErrorProcess) PassEvidence() float64 {
-	return math.Max(e.ratioPass.logE, e.floorPass.logE)
+	return math.Max(e.ratioPass.evidence()-e.passRatioAt, e.floorPass.evidence()-e.passFloorAt)
 }
 
-// Decision is what the looks so far allow. Fail is read first: once both
-// are proven, the evidence of a failure is not outweighed.
+// Decision is what the looks so far allow. Fail is read first: a wave
+// whose evidence proves both keeps the failure.
 func (e *ErrorProcess) Decision() Decision {
-	switch {
-	case e.FailEvidence() >= math.Log(1/e.test.Alpha):
+	if ev, at := e.FailEvidence(); ev >= at {
 		return Fail
-	case e.PassEvidence() >= math.Log(2/e.test.Alpha):
+	}
+	if e.PassEvidence() >= 0 {
 		return Pass
 	}
 	return Continue

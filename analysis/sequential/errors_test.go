@@ -39,7 +39,8 @@ func TestATestThatCannotRunIsRefusedWithTheValueAndWhatWasExpected(t *testing.T)
 func TestCountsNoCounterCouldGiveAreRefusedAndChangeNothing(t *testing.T) {
 	e := start(t, defaultTest)
 	require.NoError(t, e.Observe(Look{Treatment: Counts{100, 5}, Control: Counts{100, 1}}))
-	fail, pass := e.FailEvidence(), e.PassEvidence()
+	fail, _ := e.FailEvidence()
+	pass := e.PassEvidence()
 	for _, c := range []struct {
 		look Look
 		want string
@@ -52,7 +53,8 @@ func TestCountsNoCounterCouldGiveAreRefusedAndChangeNothing(t *testing.T) {
 		assert.EqualError(t, e.Observe(c.look), c.want)
 	}
 	assert.Equal(t, 1, e.Looks())
-	assert.Equal(t, fail, e.FailEvidence())
+	again, _ := e.FailEvidence()
+	assert.Equal(t, fail, again)
 	assert.Equal(t, pass, e.PassEvidence())
 	tr, co := e.Totals()
 	assert.Equal(t, Counts{100, 5}, tr)
@@ -66,38 +68,40 @@ func TestALookPaysTheLikelihoodRatioOfItsSplitAtTheEarlierLooksEstimate(t *testi
 	test := ErrorTest{Alpha: 0.05, Tolerance: 0, Floor: 0.001}
 	e := start(t, test)
 	require.NoError(t, e.Observe(Look{Treatment: Counts{100, 8}, Control: Counts{300, 2}}))
-	assert.Equal(t, 0.0, e.ratioFail.logE, "the first look bets nothing")
-	assert.Equal(t, 0.0, e.floorFail.logE, "the first look bets nothing")
+	assert.Equal(t, 0.0, e.ratioFail.evidence(), "the first look bets nothing")
+	assert.Equal(t, 0.0, e.floorFail.evidence(), "the first look bets nothing")
 
 	// The plug-in after look 1: request share ω = 1/4, the hypothesis's
 	// share θ0 = 1/4; θ̂ = (8 + 2·¼)/(10 + 2) = 8.5/12; ρ̃ = θ̂(1-ω)/((1-θ̂)ω).
 	theta := 8.5 / 12
 	rho := theta * 0.75 / ((1 - theta) * 0.25)
-	require.InDelta(t, rho, e.ratioFail.bet(), 1e-12)
+	require.InDelta(t, rho, e.ratioFail.(*ratioProcess).bet(), 1e-12)
 	// Look 2: 200 and 200 requests, 6 and 1 errors. Its split's likelihood
 	// ratio: θ = ρ/(ρ+1) against θ0 = 1/2.
 	require.NoError(t, e.Observe(Look{Treatment: Counts{200, 6}, Control: Counts{200, 1}}))
 	th := rho / (rho + 1)
 	want := 6*math.Log(th/0.5) + 1*math.Log((1-th)/0.5)
-	assert.InDelta(t, want, e.ratioFail.logE, 1e-12)
+	assert.InDelta(t, want, e.ratioFail.evidence(), 1e-12)
 	// The floor's plug-in after look 1: (8+1)/(100+1000) = 9/1100.
 	q := 9.0 / 1100
 	wantFloor := 6*math.Log(q/0.001) + 194*math.Log((1-q)/(1-0.001))
-	assert.InDelta(t, wantFloor, e.floorFail.logE, 1e-12)
-	assert.InDelta(t, math.Min(want, wantFloor), e.FailEvidence(), 1e-12)
-	assert.Equal(t, Continue, e.Decision(), "e^%.2f < 1/α = 20", e.FailEvidence())
+	assert.InDelta(t, wantFloor, e.floorFail.evidence(), 1e-12)
+	ev, at := e.FailEvidence()
+	assert.InDelta(t, math.Min(want, wantFloor), ev, 1e-12)
+	assert.Equal(t, math.Log(20), at)
+	assert.Equal(t, Continue, e.Decision(), "e^%.2f < 1/α = 20", ev)
 }
 
 func TestALookWithAnIdleArmLeavesTheRatioEvidenceAndItsEstimateAlone(t *testing.T) {
 	e := start(t, defaultTest)
 	require.NoError(t, e.Observe(Look{Treatment: Counts{100, 30}, Control: Counts{100, 0}}))
 	require.NoError(t, e.Observe(Look{Treatment: Counts{100, 30}, Control: Counts{100, 0}}))
-	before, bet := e.ratioFail.logE, e.ratioFail.bet()
+	before, bet := e.ratioFail.evidence(), e.ratioFail.(*ratioProcess).bet()
 	require.Positive(t, before)
 	require.NoError(t, e.Observe(Look{Treatment: Counts{100, 30}, Control: Counts{}}))
 	require.NoError(t, e.Observe(Look{Treatment: Counts{}, Control: Counts{100, 3}}))
-	assert.Equal(t, before, e.ratioFail.logE)
-	assert.Equal(t, bet, e.ratioFail.bet())
+	assert.Equal(t, before, e.ratioFail.evidence())
+	assert.Equal(t, bet, e.ratioFail.(*ratioProcess).bet())
 	assert.Equal(t, 4, e.Looks())
 }
 
@@ -105,9 +109,10 @@ func TestAFloorOfZeroLeavesTheRatioAloneToDecide(t *testing.T) {
 	test := ErrorTest{Alpha: 0.05, Tolerance: 0.2, Floor: 0}
 	e := start(t, test)
 	require.NoError(t, e.Observe(Look{Treatment: Counts{1000, 1}, Control: Counts{1000, 0}}))
-	assert.Equal(t, math.Inf(1), e.floorFail.logE, "one error refutes an error ratio of at most 0")
-	assert.Equal(t, 0.0, e.floorPass.logE, "nothing refutes an error ratio above 0")
-	assert.Equal(t, e.ratioFail.logE, e.FailEvidence())
+	assert.Equal(t, math.Inf(1), e.floorFail.evidence(), "one error refutes an error ratio of at most 0")
+	assert.Equal(t, 0.0, e.floorPass.evidence(), "nothing refutes an error ratio above 0")
+	ev, _ := e.FailEvidence()
+	assert.Equal(t, e.ratioFail.evidence(), ev)
 }
 
 func TestSplitGivesEachWorkloadOfAWaveAnEqualShareOfAlpha(t *testing.T) {

@@ -22,7 +22,8 @@ type floorProcess struct {
 	seen Counts
 }
 
-func (p *floorProcess) observe(c Counts) {
+func (p *floorProcess) observe(l Look) {
+	c := l.Treatment
 	defer func() { p.seen = p.seen.add(c) }()
 	if p.f == 0 {
 		// "At most 0" is refuted by one error; "more than 0" by nothing.

@@ -61,3 +61,34 @@ func rates(t testing.TB, test ErrorTest, runs, looks int, treatment, control arm
 	}
 	return out
 }
+
+// runAgainstHistory draws historyLooks looks before the restart (negative
+// look numbers), starts the test against them, then looks as run does.
+func runAgainstHistory(t testing.TB, test ErrorTest, seed uint64, historyLooks, looks int, treatment, control arm) (Decision, int, Control) {
+	src := rand.NewPCG(seed, 0x68697374)
+	var history []Look
+	for i := -historyLooks; i < 0; i++ {
+		history = append(history, Look{Treatment: treatment.draw(src, i, 15), Control: control.draw(src, i, 15)})
+	}
+	e, err := test.StartAgainstHistory(history)
+	require.NoError(t, err)
+	for i := 0; i < looks; i++ {
+		require.NoError(t, e.Observe(Look{Treatment: treatment.draw(src, i, 15), Control: control.draw(src, i, 15)}))
+		if d := e.Decision(); d != Continue {
+			return d, i + 1, e.Control()
+		}
+	}
+	return Continue, looks, e.Control()
+}
+
+// ratesAgainstHistory runs many waves against 10 minutes of history and
+// counts each decision and each control used.
+func ratesAgainstHistory(t testing.TB, test ErrorTest, runs, looks int, treatment, control arm) (map[Decision]int, map[Control]int) {
+	out, controls := map[Decision]int{}, map[Control]int{}
+	for s := 0; s < runs; s++ {
+		d, _, c := runAgainstHistory(t, test, uint64(s), 40, looks, treatment, control)
+		out[d]++
+		controls[c]++
+	}
+	return out, controls
+}
