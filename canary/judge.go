@@ -39,7 +39,7 @@ func judge(m *machine) step {
 	st.Verdicts = trimVerdicts(verdicts)
 	if !notPassed {
 		resetInconclusive(st)
-		if hasAnalysis(verdicts) {
+		if hasAnalysis(verdicts) && !allFinal(verdicts) {
 			a := analysisState(st)
 			a.ConsecutivePasses++
 			if a.ConsecutivePasses < m.cfg.RequiredPasses {
@@ -135,6 +135,18 @@ func hasAnalysis(vs []Verdict) bool {
 		}
 	}
 	return false
+}
+
+// allFinal reports whether every metric check's verdict is final: a
+// sequential check's pass stands on its evidence, and another run in a row
+// would add nothing to it.
+func allFinal(vs []Verdict) bool {
+	for _, v := range vs {
+		if v.Analysis && !v.Final {
+			return false
+		}
+	}
+	return true
 }
 
 func analysisState(st *Status) *AnalysisState {

@@ -67,3 +67,26 @@ func TestAPausedDeploymentIsLeftOutAndPausingOneMidWaveFailsTheWave(t *testing.T
 	assert.Empty(t, d.Moves, "the paused workload is not patched again by the rollback")
 	assert.Equal(t, 1, s.patches["a"])
 }
+
+// A sequential check's pass stands on its evidence: the wave passes on it
+// at once, where a threshold check's pass needs others in a row.
+func TestAFinalPassOfEveryMetricCheckPassesTheWaveAtOnce(t *testing.T) {
+	final := Verdict{Gate: "error-rate", Result: ResultPass, Analysis: true, Checked: true, Final: true, Reason: "evidence 41 >= 40"}
+	threshold := Verdict{Gate: "latency-p99", Result: ResultPass, Analysis: true, Checked: true, Reason: "40ms <= 1000ms"}
+
+	s := newSim(t, deploy("a"), deploy("b"))
+	s.cfg.RequiredPasses = 2
+	s.decide(nil)
+	s.rollOut("1-26", "a")
+	d := s.decide([]Verdict{pass("rollout"), final})
+	assert.Equal(t, WavePassed, d.Status.WaveState)
+	assert.True(t, d.Status.Verdicts[len(d.Status.Verdicts)-1].Final, "the status keeps that the pass was final")
+
+	s = newSim(t, deploy("a"), deploy("b"))
+	s.cfg.RequiredPasses = 2
+	s.decide(nil)
+	s.rollOut("1-26", "a")
+	d = s.decide([]Verdict{pass("rollout"), final, threshold})
+	assert.Equal(t, PhaseAnalyzing, d.Status.Phase, "a threshold check beside it still needs its passes")
+	assert.Equal(t, 1, d.Status.Analysis.ConsecutivePasses)
+}

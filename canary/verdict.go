@@ -32,6 +32,12 @@ type Measurement struct {
 	Threshold *float64 `json:"threshold,omitempty"`
 	Baseline  *float64 `json:"baseline,omitempty"`
 	Result    Result   `json:"result,omitempty"`
+	// Evidence is a sequential check's evidence against a healthy
+	// workload, and EvidenceBound the value at which it fails.
+	Evidence      *float64 `json:"evidence,omitempty"`
+	EvidenceBound *float64 `json:"evidenceBound,omitempty"`
+	// Control is what a sequential check compared the workload with.
+	Control string `json:"control,omitempty"`
 }
 
 // Verdict is a gate's answer for a wave, with a reason a person can read.
@@ -53,6 +59,10 @@ type Verdict struct {
 	Checked bool `json:"-"`
 	// Deferred marks a Pending verdict of a check that was not due.
 	Deferred bool `json:"-"`
+	// Final marks a metric check's verdict that more runs would not change:
+	// a sequential check decides once its evidence crosses its bound, so
+	// its pass needs no other pass in a row.
+	Final bool `json:"final,omitempty"`
 }
 
 func (v Verdict) String() string {

@@ -1,6 +1,9 @@
 package canary
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // WaveUnderTest is the input of the gates: the wave in flight, once every
 // member carries the record of its move.
@@ -15,6 +18,10 @@ type WaveUnderTest struct {
 	Rollback bool
 	// Workloads are the members still under test.
 	Workloads []WaveWorkload
+	// Unmoved are the object names of the namespace's workloads that this
+	// migration has not restarted, in name order: what a metric check may
+	// compare the wave's workloads with.
+	Unmoved []string
 	// GatesSince is when the gates' timeouts started counting.
 	GatesSince time.Time
 	// Analysis is the gates' progress so far.
@@ -73,6 +80,28 @@ func (r Reading) WaveToVerify() (WaveUnderTest, bool) {
 		timeout := cfg.readinessTimeoutOf(w.settings)
 		out.Workloads = append(out.Workloads, WaveWorkload{Workload: *w.Workload, Record: rec, Deadline: start.Add(timeout), Timeout: timeout})
 	}
+	// Istio names a workload's series by its object's name alone: a
+	// workload that shares its name with one this migration restarted
+	// cannot be told from it.
+	restarted := func(w parsedWorkload) bool {
+		return w.forwardIn(st.MigrationID()) != nil || w.rolledBackIn(st.MigrationID()) != nil
+	}
+	taken := map[string]bool{}
+	for _, w := range set {
+		if restarted(w) {
+			taken[w.ObjectName()] = true
+		}
+	}
+	for _, w := range out.Workloads {
+		taken[w.ObjectName()] = true
+	}
+	for _, w := range set {
+		if !taken[w.ObjectName()] {
+			out.Unmoved = append(out.Unmoved, w.ObjectName())
+		}
+	}
+	slices.Sort(out.Unmoved)
+	out.Unmoved = slices.Compact(out.Unmoved)
 	return out, true
 }
 
