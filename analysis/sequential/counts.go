@@ -29,7 +29,8 @@ func (c Counts) valid() error {
 	return nil
 }
 
-func (c Counts) add(o Counts) Counts {
+// Add is the two counts together.
+func (c Counts) Add(o Counts) Counts {
 	return Counts{Requests: c.Requests + o.Requests, Errors: c.Errors + o.Errors}
 }
 

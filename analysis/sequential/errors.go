@@ -165,7 +165,7 @@ func (t ErrorTest) StartAgainstHistory(history []Look) (*ErrorProcess, error) {
 		if err := l.Control.valid(); err != nil {
 			return nil, fmt.Errorf("history: control: %w", err)
 		}
-		past = past.add(l.Treatment)
+		past = past.Add(l.Treatment)
 	}
 	rho0 := 1 + t.Tolerance
 	e := &ErrorProcess{
@@ -224,7 +224,7 @@ func (e *ErrorProcess) Observe(l Look) error {
 		p.observe(l)
 	}
 	e.looks++
-	e.treatment, e.control = e.treatment.add(l.Treatment), e.control.add(l.Control)
+	e.treatment, e.control = e.treatment.Add(l.Treatment), e.control.Add(l.Control)
 	return nil
 }
 

@@ -24,7 +24,7 @@ type floorProcess struct {
 
 func (p *floorProcess) observe(l Look) {
 	c := l.Treatment
-	defer func() { p.seen = p.seen.add(c) }()
+	defer func() { p.seen = p.seen.Add(c) }()
 	if p.f == 0 {
 		// "At most 0" is refuted by one error; "more than 0" by nothing.
 		if p.up && c.Errors > 0 {

@@ -50,7 +50,7 @@ func (p *ratioProcess) observe(l Look) {
 		p.logE += l.Treatment.Errors*math.Log(rho/p.rho0) -
 			(l.Treatment.Errors+l.Control.Errors)*math.Log((rho*xt+xc)/(p.rho0*xt+xc))
 	}
-	p.treatment, p.control = p.treatment.add(l.Treatment), p.control.add(l.Control)
+	p.treatment, p.control = p.treatment.Add(l.Treatment), p.control.Add(l.Control)
 }
 
 // bet is the plug-in ρ̃ from the earlier looks. It estimates the share of
