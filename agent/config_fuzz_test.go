@@ -23,6 +23,10 @@ func (noProm) Query(context.Context, string, time.Time, ...promv1.Option) (model
 	return model.Vector{}, nil, nil, nil
 }
 
+func (noProm) QueryRange(context.Context, string, promv1.Range, ...promv1.Option) (model.Value, promv1.Warnings, promv1.Infos, error) {
+	return model.Matrix{}, nil, nil, nil
+}
+
 type noSyncz struct{}
 
 func (noSyncz) Syncz(context.Context, analysis.Istiod, string) ([]analysis.ProxySync, error) {
@@ -53,6 +57,7 @@ func watchdog(input []byte) (stop func()) {
 func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte("batchSize: 10\nreadinessTimeout: 90s\nfailurePolicy: Pause\n"))
 	f.Add([]byte("BatchSize: 7\ngates: {metrics: {errorRate: {threshold: .nan}}}\n"))
+	f.Add([]byte("gates: {metrics: {prometheus: {url: 'http://p:9090'}, errorRate: {mode: sequential, sequential: {alpha: 0.01, step: 30s}}}}\n"))
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		defer watchdog(raw)()
 		cfg, err := ParseConfig(raw)

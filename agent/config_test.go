@@ -1,12 +1,19 @@
 package agent
 
 import (
+	"context"
 	"math"
 	"testing"
 	"time"
 
+	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
+	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/meshwave/meshwave/analysis"
+	"github.com/meshwave/meshwave/analysis/sequential"
+	"github.com/meshwave/meshwave/canary"
 )
 
 func TestParseConfigReadsValuesOverTheDefaults(t *testing.T) {
@@ -46,6 +53,14 @@ func TestParseConfigRejectsBadValues(t *testing.T) {
 		{"a window under a second", "gates: {metrics: {window: 500ms}}\n", "config key gates.metrics.window: 500ms is not a duration of at least 1s in whole milliseconds"},
 		{"a window longer than the bake time", "gates: {metrics: {bakeTime: 30s, window: 1m}}\n",
 			"config key gates.metrics.bakeTime: 30s is not at least gates.metrics.window (1m0s): the first rates would reach back before the wave was up and mix in the old revision's traffic"},
+		{"an unknown mode of the error check", "gates: {metrics: {errorRate: {mode: bayes}}}\n", `config key gates.metrics.errorRate.mode: "bayes" is not "threshold" or "sequential"`},
+		{"a sequential check's alpha and step that cannot work", "gates: {metrics: {errorRate: {mode: sequential, sequential: {alpha: 0, step: 1500ms}}}}\n",
+			"config key gates.metrics.errorRate.sequential.alpha: 0 is not a number between 0 and 1\n" +
+				"config key gates.metrics.errorRate.sequential.step: 1.5s is not a whole number of seconds, at least 1s"},
+		{"a sequential check's floor of 100%", "gates: {metrics: {errorRate: {mode: sequential, sequential: {floor: 1}}}}\n",
+			"config key gates.metrics.errorRate.sequential.floor: 1 is not an error ratio from 0 up to 1, 1 not included"},
+		{"a sequential check's history shorter than a look", "gates: {metrics: {errorRate: {mode: sequential, sequential: {step: 30s, history: 15s}}}}\n",
+			"config key gates.metrics.errorRate.sequential.history: 15s is not at least the step (30s): the control is read from the looks before the restart"},
 		{"a zero batch", "batchSize: 0\n", "config key batchSize: 0 is not an integer from 1 to 500"},
 		{"a canary larger than the status lists", "canarySize: 501\n", "config key canarySize: 501 is not an integer from 1 to 500"},
 		{"an unknown policy", "failurePolicy: Retry\n", `config key failurePolicy: "Retry" is not one of "RollbackWave", "Pause" or "Continue"`},
@@ -122,4 +137,32 @@ func TestParseConfigRejectsBadMaintenanceWindows(t *testing.T) {
 			assert.Contains(t, err.Error(), tt.err)
 		})
 	}
+}
+
+// With mode sequential, the error check is the sequential one, built with
+// the configured test and times, in the threshold check's place.
+func TestTheSequentialModeReplacesTheThresholdErrorCheck(t *testing.T) {
+	cfg, err := ParseConfig([]byte("gates: {sync: {enabled: false}, metrics: {prometheus: {url: 'http://p:9090'}, errorRate: {mode: sequential, sequential: {alpha: 0.01, step: 30s}}}}\n"))
+	require.NoError(t, err)
+	build, err := cfg.Gates.BuildGates(cfg.RootNamespace, GateDeps{Prometheus: noProm{}})
+	require.NoError(t, err)
+	chain := build(canary.WaveUnderTest{})
+	var names []string
+	for _, g := range chain {
+		names = append(names, g.Name())
+	}
+	assert.Equal(t, []string{"rollout", "injection", "error-rate", "latency-p99"}, names)
+	seq, ok := chain[2].(*analysis.SequentialErrorGate)
+	require.True(t, ok, "%T", chain[2])
+	assert.Equal(t, analysis.SequentialErrorGate{Test: sequential.ErrorTest{Alpha: 0.01, Tolerance: 0.5, Floor: 0.005}, Prometheus: noProm{},
+		Step: 30 * time.Second, History: 10 * time.Minute, MaxDuration: 15 * time.Minute, QueryTimeout: 10 * time.Second}, *seq)
+
+	_, err = cfg.Gates.BuildGates(cfg.RootNamespace, GateDeps{Prometheus: instantOnly{}})
+	assert.EqualError(t, err, "config key gates.metrics.errorRate.mode: the sequential check needs a Prometheus client that runs range queries")
+}
+
+type instantOnly struct{}
+
+func (instantOnly) Query(context.Context, string, time.Time, ...promv1.Option) (model.Value, promv1.Warnings, promv1.Infos, error) {
+	return model.Vector{}, nil, nil, nil
 }

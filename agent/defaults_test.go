@@ -55,7 +55,8 @@ func TestTheDefaultsCheckNamesEachDisagreement(t *testing.T) {
 			"| `readinessTimeout` | `10m` | |\n" +
 			"| `retries` | 3 | |\n" +
 			"| `gates.sync.{timeout,interval}` | `2m` | |\n" +
-			"| `gates.metrics.errorRate` | on; threshold 0.05, minRequests 20 | |\n" +
+			"| `gates.metrics.errorRate` | on; threshold 0.05, minRequests 20, mode threshold, sequential.alpha 0.05, sequential.tolerance 0.5, " +
+			"sequential.floor 0.005, sequential.step 15s, sequential.history 10m, sequential.maxDuration 15m | |\n" +
 			"| `maintenanceWindows[]` | empty: always open | |\n" +
 			"## Metrics reference\n| `workers` | 4 | outside the section |\n"
 		got := readmeDisagreements(t, readme)

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/meshwave/meshwave/analysis"
+	"github.com/meshwave/meshwave/analysis/sequential"
 	"github.com/meshwave/meshwave/canary"
 )
 
@@ -67,9 +68,9 @@ type MetricGates struct {
 	// QueryTimeout bounds one query.
 	QueryTimeout Duration `json:"queryTimeout"`
 	// The built-in checks over Istio's request metrics.
-	ErrorRate         BuiltinCheck `json:"errorRate"`
-	LatencyP99        BuiltinCheck `json:"latencyP99"`
-	OutboundErrorRate BuiltinCheck `json:"outboundErrorRate"`
+	ErrorRate         ErrorRateCheck `json:"errorRate"`
+	LatencyP99        BuiltinCheck   `json:"latencyP99"`
+	OutboundErrorRate BuiltinCheck   `json:"outboundErrorRate"`
 	// Checks are the user's own.
 	Checks []CustomCheck `json:"checks"`
 }
@@ -88,6 +89,41 @@ type BuiltinCheck struct {
 	Threshold   float64 `json:"threshold"`
 	Tolerance   float64 `json:"tolerance"`
 	MinRequests float64 `json:"minRequests"`
+}
+
+// ErrorRateCheck tunes the built-in error check: a threshold check, or
+// with Mode "sequential" the anytime-valid test of Sequential, which
+// leaves the threshold, tolerance and minimum aside.
+type ErrorRateCheck struct {
+	BuiltinCheck
+	// Mode is "threshold" (the default) or "sequential".
+	Mode       string          `json:"mode"`
+	Sequential SequentialCheck `json:"sequential"`
+}
+
+// SequentialCheck tunes the sequential error check (analysis
+// SequentialErrorGate, package analysis/sequential).
+type SequentialCheck struct {
+	// Alpha is the chance, at most, that a healthy wave is failed (or a
+	// failing one passed), however often it is looked at; the wave's
+	// workloads share it.
+	Alpha float64 `json:"alpha"`
+	// Tolerance: a workload is healthy while its error ratio is at most
+	// (1 + Tolerance) times its control's...
+	Tolerance float64 `json:"tolerance"`
+	// ...or at most Floor.
+	Floor float64 `json:"floor"`
+	// Step is the time between two looks: Prometheus's scrape interval.
+	Step Duration `json:"step"`
+	// History is how long before the restart the control is read from.
+	History Duration `json:"history"`
+	// MaxDuration is how long the looks go on after the wave is up;
+	// without a verdict by then the check is inconclusive.
+	MaxDuration Duration `json:"maxDuration"`
+}
+
+func (c SequentialCheck) test() sequential.ErrorTest {
+	return sequential.ErrorTest{Alpha: c.Alpha, Tolerance: c.Tolerance, Floor: c.Floor}
 }
 
 // CustomCheck is a check the user writes: Go templates of PromQL, see
@@ -112,13 +148,15 @@ func defaultGates() Gates {
 			Timeout:   Duration(2 * time.Minute), Interval: Duration(5 * time.Second), RequestTimeout: Duration(5 * time.Second),
 		},
 		Metrics: MetricGates{
-			Prometheus:        Prometheus{HTTP: promconfig.DefaultHTTPClientConfig},
-			BakeTime:          Duration(time.Minute),
-			Interval:          Duration(def.AnalysisInterval),
-			Window:            Duration(time.Minute),
-			RequiredPasses:    def.RequiredPasses,
-			QueryTimeout:      Duration(10 * time.Second),
-			ErrorRate:         BuiltinCheck{Enabled: true, Threshold: 0.05, Tolerance: 1.0, MinRequests: 50},
+			Prometheus:     Prometheus{HTTP: promconfig.DefaultHTTPClientConfig},
+			BakeTime:       Duration(time.Minute),
+			Interval:       Duration(def.AnalysisInterval),
+			Window:         Duration(time.Minute),
+			RequiredPasses: def.RequiredPasses,
+			QueryTimeout:   Duration(10 * time.Second),
+			ErrorRate: ErrorRateCheck{BuiltinCheck: BuiltinCheck{Enabled: true, Threshold: 0.05, Tolerance: 1.0, MinRequests: 50}, Mode: "threshold",
+				Sequential: SequentialCheck{Alpha: 0.05, Tolerance: 0.5, Floor: 0.005, Step: Duration(15 * time.Second),
+					History: Duration(10 * time.Minute), MaxDuration: Duration(15 * time.Minute)}},
 			LatencyP99:        BuiltinCheck{Enabled: true, Threshold: 1000, Tolerance: 0.5, MinRequests: 50},
 			OutboundErrorRate: BuiltinCheck{Enabled: false, Threshold: 0.05, Tolerance: 1.0, MinRequests: 20},
 		},
@@ -205,8 +243,33 @@ func (m MetricGates) validate() []error {
 	for _, b := range []struct {
 		key string
 		c   BuiltinCheck
-	}{{"errorRate", m.ErrorRate}, {"latencyP99", m.LatencyP99}, {"outboundErrorRate", m.OutboundErrorRate}} {
+	}{{"errorRate", m.ErrorRate.BuiltinCheck}, {"latencyP99", m.LatencyP99}, {"outboundErrorRate", m.OutboundErrorRate}} {
 		numbers("gates.metrics."+b.key, b.c.Threshold, b.c.Tolerance, b.c.MinRequests)
+	}
+	switch e := m.ErrorRate; e.Mode {
+	case "threshold":
+	case "sequential":
+		q, key := e.Sequential, "gates.metrics.errorRate.sequential."
+		if !(q.Alpha > 0 && q.Alpha < 1) {
+			bad(key+"alpha", q.Alpha, "a number between 0 and 1")
+		}
+		if !nonNegative(q.Tolerance) {
+			bad(key+"tolerance", q.Tolerance, "a finite number of zero or more")
+		}
+		if !(q.Floor >= 0 && q.Floor < 1) {
+			bad(key+"floor", q.Floor, "an error ratio from 0 up to 1, 1 not included")
+		}
+		step := q.Step.D()
+		switch {
+		case step < time.Second || step%time.Second != 0:
+			bad(key+"step", step, "a whole number of seconds, at least 1s")
+		case q.History.D() < step:
+			bad(key+"history", q.History.D(), fmt.Sprintf("at least the step (%s): the control is read from the looks before the restart", step))
+		case q.MaxDuration.D() < step:
+			bad(key+"maxDuration", q.MaxDuration.D(), fmt.Sprintf("at least the step (%s)", step))
+		}
+	default:
+		bad("gates.metrics.errorRate.mode", strconv.Quote(e.Mode), `"threshold" or "sequential"`)
 	}
 	seen := map[string]bool{}
 	for i, c := range m.Checks {
@@ -258,7 +321,7 @@ type keyedCheck struct {
 // checks are the metric checks the configuration turns on.
 func (m MetricGates) checks() []keyedCheck {
 	var out []keyedCheck
-	if m.ErrorRate.Enabled {
+	if m.ErrorRate.Enabled && m.ErrorRate.Mode != "sequential" {
 		out = append(out, keyedCheck{"gates.metrics.errorRate", analysis.ErrorRateCheck(m.ErrorRate.Threshold, m.ErrorRate.Tolerance, m.ErrorRate.MinRequests)})
 	}
 	if m.LatencyP99.Enabled {
@@ -322,6 +385,17 @@ func (g Gates) BuildGates(rootNamespace string, deps GateDeps) (func(canary.Wave
 				return nil, fmt.Errorf("prometheus client: %w", err)
 			}
 			q = promv1.NewAPI(api)
+		}
+		if e := m.ErrorRate; e.Enabled && e.Mode == "sequential" {
+			rq, ok := q.(analysis.RangeQuerier)
+			if !ok {
+				return nil, errors.New("config key gates.metrics.errorRate.mode: the sequential check needs a Prometheus client that runs range queries")
+			}
+			gate, err := analysis.NewSequentialErrorGate(e.Sequential.test(), rq, e.Sequential.Step.D(), e.Sequential.History.D(), e.Sequential.MaxDuration.D(), m.QueryTimeout.D())
+			if err != nil {
+				return nil, fmt.Errorf("config key gates.metrics.errorRate.sequential: %w", err)
+			}
+			forward = append(forward, gate)
 		}
 		for _, c := range m.checks() {
 			gate, err := analysis.NewMetricGate(c.check, q, m.BakeTime.D(), m.Interval.D(), m.Window.D(), m.QueryTimeout.D())

@@ -176,6 +176,10 @@ var (
 		"The threshold the check's value is held against.", []string{"namespace", "check"}, nil)
 	baselineDesc = prometheus.NewDesc("meshwave_analysis_baseline",
 		"The check's value before the wave's restart, for the same workload.", []string{"namespace", "check"}, nil)
+	evidenceDesc = prometheus.NewDesc("meshwave_analysis_evidence",
+		"A sequential check's evidence against a healthy wave, for the wave's worst workload: the wave fails when it reaches meshwave_analysis_evidence_bound.", []string{"namespace", "check"}, nil)
+	evidenceBoundDesc = prometheus.NewDesc("meshwave_analysis_evidence_bound",
+		"The evidence at which a sequential check fails the wave: 1/α, or 2/α against a history, for α as the wave's workloads share it.", []string{"namespace", "check"}, nil)
 	windowOpenDesc = prometheus.NewDesc("meshwave_namespace_window_open",
 		"1 while the namespace's maintenance windows (the configured ones, narrowed by meshwave.io/maintenance-window) are open; always 1 without windows.", []string{"namespace"}, nil)
 	nextWindowDesc = prometheus.NewDesc("meshwave_namespace_next_window_timestamp_seconds",
@@ -195,7 +199,7 @@ type stateCollector struct {
 }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{phaseDesc, infoDesc, waveDesc, wavesDesc, workloadsDesc, pausedDesc, waveAgeDesc, blockedDesc, windowOpenDesc, nextWindowDesc, valueDesc, thresholdDesc, baselineDesc, resultDesc} {
+	for _, d := range []*prometheus.Desc{phaseDesc, infoDesc, waveDesc, wavesDesc, workloadsDesc, pausedDesc, waveAgeDesc, blockedDesc, windowOpenDesc, nextWindowDesc, valueDesc, thresholdDesc, baselineDesc, evidenceDesc, evidenceBoundDesc, resultDesc} {
 		ch <- d
 	}
 }
@@ -300,6 +304,10 @@ func namespaceMetrics(n string, st *canary.Status, now time.Time) []prometheus.M
 		}
 		if worst.Baseline != nil {
 			gauge(baselineDesc, *worst.Baseline, n, v.Gate)
+		}
+		if worst.Evidence != nil && worst.EvidenceBound != nil {
+			gauge(evidenceDesc, *worst.Evidence, n, v.Gate)
+			gauge(evidenceBoundDesc, *worst.EvidenceBound, n, v.Gate)
 		}
 	}
 	return out

@@ -207,3 +207,23 @@ meshwave_namespace_window_open{namespace="waiting"} 0
 `
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "meshwave_namespace_window_open", "meshwave_namespace_next_window_timestamp_seconds"))
 }
+
+func TestASequentialChecksEvidenceAndItsBoundAreExported(t *testing.T) {
+	started := scrapeTime.Add(-time.Minute)
+	evidence, bound := 212.0, 40.0
+	v := analysisVerdict("error-rate", canary.ResultFail, 0.3)
+	v.Measurements[0].Threshold, v.Measurements[0].Evidence, v.Measurements[0].EvidenceBound = nil, &evidence, &bound
+	st := canary.Status{Phase: canary.PhaseAnalyzing, Target: "1-26", TargetRevision: "1-26", SourceRevision: "1-25", Wave: 1, TotalWaves: 2,
+		WaveState: canary.WaveVerifying, StartedAt: &started, GatesSince: &started, Verdicts: []canary.Verdict{v, analysisVerdict("latency-p99", canary.ResultPass, 40)}}
+	reg := stateRegistry(t, namespaceWith(t, "reviews", "1-26", st))
+	want := `
+# HELP meshwave_analysis_evidence A sequential check's evidence against a healthy wave, for the wave's worst workload: the wave fails when it reaches meshwave_analysis_evidence_bound.
+# TYPE meshwave_analysis_evidence gauge
+meshwave_analysis_evidence{check="error-rate",namespace="reviews"} 212
+# HELP meshwave_analysis_evidence_bound The evidence at which a sequential check fails the wave: 1/α, or 2/α against a history, for α as the wave's workloads share it.
+# TYPE meshwave_analysis_evidence_bound gauge
+meshwave_analysis_evidence_bound{check="error-rate",namespace="reviews"} 40
+`
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "meshwave_analysis_evidence", "meshwave_analysis_evidence_bound"),
+		"a threshold check has no evidence series")
+}

@@ -133,6 +133,13 @@ func build() (dashboard.Dashboard, error) {
 			WithTarget(query(`max by (namespace, check) `+leading(`meshwave_analysis_threshold{`+ns+`}`), "{{namespace}} {{check}} threshold")).
 			WithTarget(query(`max by (namespace, check) `+leading(`meshwave_analysis_baseline{`+ns+`}`), "{{namespace}} {{check}} baseline")).
 			OverrideByRegexp(".*threshold", []dashboard.DynamicConfigValue{{Id: "custom.lineStyle", Value: map[string]any{"fill": "dash", "dash": []int{10, 10}}}})).
+		WithPanel(timeseries.NewPanelBuilder().Title("Sequential evidence against a healthy wave").
+			Description("A sequential check's evidence that the wave's worst workload is worse than its control, on a log scale, and the bound (1/α, or 2/α against a history) at which the wave fails. It may be read at every scrape: the chance that a healthy wave ever reaches its bound is at most α.").
+			Datasource(datasource).Height(9).Span(12).
+			ScaleDistribution(common.NewScaleDistributionConfigBuilder().Type(common.ScaleDistributionLog).Log(10)).
+			WithTarget(query(`max by (namespace, check) `+leading(`meshwave_analysis_evidence{`+ns+`}`), "{{namespace}} {{check}} evidence")).
+			WithTarget(query(`max by (namespace, check) `+leading(`meshwave_analysis_evidence_bound{`+ns+`}`), "{{namespace}} {{check}} bound")).
+			OverrideByRegexp(".*bound", []dashboard.DynamicConfigValue{{Id: "custom.lineStyle", Value: map[string]any{"fill": "dash", "dash": []int{10, 10}}}})).
 		WithPanel(timeseries.NewPanelBuilder().Title("Verdicts").
 			Description("Gate verdicts per check and result.").
 			Datasource(datasource).Height(9).Span(12).Min(0).
