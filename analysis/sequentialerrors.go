@@ -256,13 +256,15 @@ func workloadLooks(inc map[seriesKey][]float64, names map[string]bool, steps int
 type workloadEvidence struct {
 	name     string
 	decision sequential.Decision
-	// evidence and bound: against a healthy workload, as natural logs.
-	evidence, bound float64
-	control         sequential.Control
-	treatment       sequential.Counts // since the wave was up, to the decision
-	controlAfter    sequential.Counts
-	before, others  sequential.Counts // before the restart
-	err             error
+	// evidence and bound: against a healthy workload, as natural logs;
+	// health and healthBound against an unhealthy one.
+	evidence, bound     float64
+	health, healthBound float64
+	control             sequential.Control
+	treatment           sequential.Counts // since the wave was up, to the decision
+	controlAfter        sequential.Counts
+	before, others      sequential.Counts // before the restart
+	err                 error
 }
 
 // Judge replays the looks of the matrix, a range query over r, for each
@@ -318,6 +320,7 @@ func (g *SequentialErrorGate) replay(test sequential.ErrorTest, name string, tre
 		}
 	}
 	out.evidence, out.bound = e.FailEvidence()
+	out.health, out.healthBound = e.HealthEvidence()
 	out.treatment, out.controlAfter = e.Totals()
 	return out
 }
@@ -372,7 +375,8 @@ func (g *SequentialErrorGate) verdict(wave canary.WaveUnderTest, results []workl
 }
 
 // describe says what one workload's evidence stands on: its error ratio
-// since the wave was up, the control's, and the bound it is held to.
+// since the wave was up, the control's, and the evidence against its bound:
+// of health for a pass, of harm otherwise.
 func describe(w workloadEvidence) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "error ratio %s", counts(w.treatment))
@@ -384,7 +388,12 @@ func describe(w workloadEvidence) string {
 	default:
 		fmt.Fprintf(&b, " against the control's %s", counts(w.controlAfter))
 	}
-	fmt.Fprintf(&b, "; control: %s; evidence %.3g of %.3g", w.control, finiteExp(w.evidence), finiteExp(w.bound))
+	fmt.Fprintf(&b, "; control: %s; ", w.control)
+	if w.decision == sequential.Pass {
+		fmt.Fprintf(&b, "evidence of health %.3g of %.3g", finiteExp(w.health), finiteExp(w.healthBound))
+	} else {
+		fmt.Fprintf(&b, "evidence %.3g of %.3g", finiteExp(w.evidence), finiteExp(w.bound))
+	}
 	return b.String()
 }
 

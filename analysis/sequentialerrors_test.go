@@ -148,7 +148,7 @@ func TestAHealthyWorkloadPassesOnItsFloorAsSoonAsItsRequestsShowIt(t *testing.T)
 	v := g.Evaluate(context.Background(), movedWave(t0), r.End)
 	assert.Equal(t, canary.ResultPass, v.Result)
 	assert.True(t, v.Final, "a pass on evidence needs no other pass")
-	assert.Contains(t, v.Reason, "reviews: error ratio 0.00% (0/")
+	assert.Equal(t, "reviews: error ratio 0.00% (0/1500) against 0.00% (0/12000) before the restart; control: its own error ratio before the restart; evidence of health 94.8 of 40: pass", v.Reason)
 }
 
 func TestAQuietWorkloadGathersEvidenceThenIsInconclusiveAtTheMaximumDuration(t *testing.T) {

@@ -244,6 +244,15 @@ func (e *ErrorProcess) PassEvidence() float64 {
 	return math.Max(e.ratioPass.evidence()-e.passRatioAt, e.floorPass.evidence()-e.passFloorAt)
 }
 
+// HealthEvidence is the larger of the evidence against "unhealthy" of the
+// ratio and of the floor, as a natural log, with that part's threshold.
+func (e *ErrorProcess) HealthEvidence() (evidence, threshold float64) {
+	if r, f := e.ratioPass.evidence()-e.passRatioAt, e.floorPass.evidence()-e.passFloorAt; r >= f {
+		return e.ratioPass.evidence(), e.passRatioAt
+	}
+	return e.floorPass.evidence(), e.passFloorAt
+}
+
 // Decision is what the looks so far allow. Fail is read first: a wave
 // whose evidence proves both keeps the failure.
 func (e *ErrorProcess) Decision() Decision {

@@ -51,11 +51,14 @@ type behaviorKey struct {
 	revision string // "" applies to every revision
 }
 
-// seriesKey is one istio_requests_total series.
+// seriesKey is one istio_requests_total series. pod is the pod whose
+// proxy reports it: the destination's for reporter="destination", the
+// caller's for reporter="source".
 type seriesKey struct {
 	reporter            string
 	source, destination WorkloadRef
 	code                string
+	pod                 string
 }
 
 type series struct {
@@ -68,7 +71,10 @@ type series struct {
 // the cluster, as their proxies would. Each workload receives Rate requests a
 // second, spread over its pods; how they fare depends on the revision each
 // pod runs, so "reviews on 1-26 returns 30% 5xx" can be staged while
-// everything else stays healthy.
+// everything else stays healthy. Each pod's proxy reports its own series,
+// labelled namespace and pod as Prometheus labels a proxy it scrapes
+// through Kubernetes pod discovery with Istio's usual relabelling; a pod
+// that goes away takes its series with it.
 type Traffic struct {
 	pods   corev1listers.PodLister
 	server *http.Server
@@ -143,10 +149,10 @@ func (t *Traffic) behavior(w WorkloadRef, rev string) Behavior {
 	return DefaultBehavior
 }
 
-// meshPods returns, per workload, how many ready injected pods run each
-// revision. Only those have a proxy to report requests.
-func (t *Traffic) meshPods() map[WorkloadRef]map[string]int {
-	out := map[WorkloadRef]map[string]int{}
+// meshPods returns, per workload, the revision each of its ready injected
+// pods runs, by pod name. Only those have a proxy to report requests.
+func (t *Traffic) meshPods() map[WorkloadRef]map[string]string {
+	out := map[WorkloadRef]map[string]string{}
 	pods, err := t.pods.List(labels.Everything())
 	if err != nil {
 		return out
@@ -158,9 +164,9 @@ func (t *Traffic) meshPods() map[WorkloadRef]map[string]int {
 		}
 		w := WorkloadRef{p.Namespace, workloadName(p)}
 		if out[w] == nil {
-			out[w] = map[string]int{}
+			out[w] = map[string]string{}
 		}
-		out[w][st.Revision]++
+		out[w][p.Name] = st.Revision
 	}
 	return out
 }
@@ -187,44 +193,37 @@ func (t *Traffic) advanceLocked(now time.Time) {
 		return
 	}
 	mesh := t.meshPods()
-	for dest, revs := range mesh {
+	for dest, pods := range mesh {
 		rate, ok := t.rate[dest]
 		if !ok {
 			rate = t.rateAll
 		}
-		total := 0
-		for _, n := range revs {
-			total += n
-		}
-		if rate <= 0 || total == 0 {
+		if rate <= 0 || len(pods) == 0 {
 			continue
 		}
 		callers := t.routes[dest]
-		for rev, n := range revs {
+		for pod, rev := range pods {
 			b := t.behavior(dest, rev)
-			reqs := rate * dt * float64(n) / float64(total)
+			reqs := rate * dt / float64(len(pods))
 			if len(callers) == 0 {
-				t.recordLocked("destination", WorkloadRef{LoadGeneratorNamespace, LoadGenerator}, dest, reqs, b.ErrorRatio, b.LatencyMs)
+				t.recordLocked("destination", pod, WorkloadRef{LoadGeneratorNamespace, LoadGenerator}, dest, reqs, b.ErrorRatio, b.LatencyMs)
 				continue
 			}
 			share := reqs / float64(len(callers))
 			for _, src := range callers {
 				// The caller's own proxy may fail the call before it leaves,
 				// depending on the revision the caller runs.
-				srcRevs := mesh[src]
-				srcTotal := 0
-				for _, m := range srcRevs {
-					srcTotal += m
-				}
+				srcPods := mesh[src]
 				outErr := 0.0
-				for srcRev, m := range srcRevs {
-					outErr += t.behavior(src, srcRev).OutboundErrorRatio * float64(m) / float64(srcTotal)
+				for _, srcRev := range srcPods {
+					outErr += t.behavior(src, srcRev).OutboundErrorRatio / float64(len(srcPods))
 				}
 				delivered := share * (1 - outErr)
-				t.recordLocked("destination", src, dest, delivered, b.ErrorRatio, b.LatencyMs)
+				t.recordLocked("destination", pod, src, dest, delivered, b.ErrorRatio, b.LatencyMs)
 				errShare := outErr + (1-outErr)*b.ErrorRatio
-				if srcTotal > 0 {
-					t.recordLocked("source", src, dest, share, errShare, b.LatencyMs)
+				// Each of the caller's pods reports its part of the calls.
+				for srcPod := range srcPods {
+					t.recordLocked("source", srcPod, src, dest, share/float64(len(srcPods)), errShare, b.LatencyMs)
 				}
 			}
 		}
@@ -234,7 +233,7 @@ func (t *Traffic) advanceLocked(now time.Time) {
 // recordLocked adds reqs requests, errRatio of them 503, with a latency
 // spread whose p99 is latencyMs: half at a quarter of it, 49% at half of it
 // and 1% at the full value.
-func (t *Traffic) recordLocked(reporter string, src, dest WorkloadRef, reqs, errRatio, latencyMs float64) {
+func (t *Traffic) recordLocked(reporter, pod string, src, dest WorkloadRef, reqs, errRatio, latencyMs float64) {
 	if reqs <= 0 {
 		return
 	}
@@ -246,7 +245,7 @@ func (t *Traffic) recordLocked(reporter string, src, dest WorkloadRef, reqs, err
 		if n <= 0 {
 			continue
 		}
-		k := seriesKey{reporter: reporter, source: src, destination: dest, code: c.code}
+		k := seriesKey{reporter: reporter, source: src, destination: dest, code: c.code, pod: pod}
 		s := t.series[k]
 		if s == nil {
 			s = &series{buckets: make([]float64, len(durationBuckets))}
@@ -267,7 +266,9 @@ func (t *Traffic) recordLocked(reporter string, src, dest WorkloadRef, reqs, err
 var (
 	requestLabels = []string{"reporter", "source_workload", "source_workload_namespace", "destination_workload",
 		"destination_workload_namespace", "destination_service_name", "destination_service_namespace",
-		"response_code", "response_flags", "request_protocol", "connection_security_policy"}
+		"response_code", "response_flags", "request_protocol", "connection_security_policy",
+		// The target labels of the scrape: the reporting proxy's pod.
+		"namespace", "pod"}
 	requestsDesc = prometheus.NewDesc("istio_requests_total", "Requests seen by the simulated proxies.", requestLabels, nil)
 	durationDesc = prometheus.NewDesc("istio_request_duration_milliseconds", "Request duration seen by the simulated proxies.", requestLabels, nil)
 )
@@ -295,8 +296,12 @@ func (t *Traffic) Collect(ch chan<- prometheus.Metric) {
 		if k.code == "503" {
 			flags = "URX"
 		}
+		podNamespace := k.destination.Namespace
+		if k.reporter == "source" {
+			podNamespace = k.source.Namespace
+		}
 		lv := []string{k.reporter, k.source.Name, k.source.Namespace, k.destination.Name, k.destination.Namespace,
-			k.destination.Name, k.destination.Namespace, k.code, flags, "http", "mutual_tls"}
+			k.destination.Name, k.destination.Namespace, k.code, flags, "http", "mutual_tls", podNamespace, k.pod}
 		ch <- prometheus.MustNewConstMetric(requestsDesc, prometheus.CounterValue, s.requests, lv...)
 		buckets := make(map[float64]uint64, len(durationBuckets))
 		for i, le := range durationBuckets {

@@ -41,6 +41,14 @@ func (c *countingQuerier) Query(ctx context.Context, q string, ts time.Time, opt
 	return c.next.Query(ctx, q, ts, opts...)
 }
 
+// QueryRange passes a range query on, counted under the end of its range.
+func (c *countingQuerier) QueryRange(ctx context.Context, q string, r promv1.Range, opts ...promv1.Option) (model.Value, promv1.Warnings, promv1.Infos, error) {
+	c.mu.Lock()
+	c.runs[r.End] = append(c.runs[r.End], q)
+	c.mu.Unlock()
+	return c.next.QueryRange(ctx, q, r, opts...)
+}
+
 // all returns every query sent.
 func (c *countingQuerier) all() []string {
 	c.mu.Lock()

@@ -1,0 +1,158 @@
+package tests
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/meshwave/meshwave/agent"
+	"github.com/meshwave/meshwave/canary"
+	"github.com/meshwave/meshwave/e2e/fixture"
+	"github.com/meshwave/meshwave/e2e/mesh"
+	"github.com/meshwave/meshwave/e2e/world"
+)
+
+// withSequential is withMetrics with the error check in mode sequential:
+// a look every 2 s (Prometheus scrapes every second), the control read
+// from the 30 s before the restart, and no verdict after 30 s
+// Inconclusive.
+func withSequential(t *testing.T, f *fixture.Fixture) (agent.Config, *countingQuerier) {
+	cfg, q := withMetrics(t, f, testConfig(f))
+	e := &cfg.Gates.Metrics.ErrorRate
+	e.Mode = "sequential"
+	e.Sequential.Step = agent.Duration(2 * time.Second)
+	e.Sequential.History = agent.Duration(30 * time.Second)
+	e.Sequential.MaxDuration = agent.Duration(30 * time.Second)
+	// The latency check is a threshold check, with its bake time: off, so
+	// that the error check alone decides.
+	cfg.Gates.Metrics.LatencyP99.Enabled = false
+	cfg.Concurrency = 4
+	return cfg, q
+}
+
+// twoWaves stages ns on 1-25 with reviews (wave 0) and details (wave 1).
+func twoWaves(f *fixture.Fixture, ns string) {
+	f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, nil).
+		Deployment(ns, "reviews", waveAnnotation("0")).
+		Deployment(ns, "details", waveAnnotation("1")).
+		RolledOut(ns)
+}
+
+// decidedAfter is how long after its wave started the check's verdict in
+// st was reached.
+func decidedAfter(t *testing.T, st *canary.Status) (canary.Verdict, time.Duration) {
+	t.Helper()
+	v, ok := verdictOf(st, "error-rate")
+	require.True(t, ok, "an error-rate verdict in %+v", st.Verdicts)
+	require.NotNil(t, st.WaveStartedAt)
+	return v, v.At.Sub(*st.WaveStartedAt)
+}
+
+// TestTheSequentialErrorCheckDecidesOnEvidence runs the same waves under
+// both modes of the error check, on the real Prometheus: the threshold
+// mode first, then the sequential one.
+//   - The demo's broken revision (reviews answering 30% 5xx on 1-26) is
+//     rolled back sooner, with the evidence in the reason.
+//   - A busy healthy namespace passes sooner than the bake time and two
+//     passes in a row allow, each wave on one final pass.
+//   - A namespace with almost no traffic is Inconclusive at the maximum
+//     duration, and pauses: never a pass.
+//   - Traffic that quadruples for every workload mid-wave, with errors
+//     the workloads always had, does not fail a healthy wave.
+func TestTheSequentialErrorCheckDecidesOnEvidence(t *testing.T) {
+	f := fixture.New(t, world.Options{})
+	traffic := f.World.Mesh.Traffic()
+	for _, ns := range []string{"broken-threshold", "busy-threshold", "broken", "busy", "quiet", "surge"} {
+		twoWaves(f, ns)
+	}
+	for _, ns := range []string{"broken-threshold", "broken"} {
+		traffic.SetBehavior(mesh.WorkloadRef{Namespace: ns, Name: "reviews"}, "1-26", mesh.Behavior{ErrorRatio: 0.3, LatencyMs: 40})
+	}
+	for _, ns := range []string{"busy-threshold", "busy"} {
+		for _, w := range []string{"reviews", "details"} {
+			traffic.SetRate(mesh.WorkloadRef{Namespace: ns, Name: w}, 300)
+		}
+	}
+	for _, w := range []string{"reviews", "details"} {
+		traffic.SetRate(mesh.WorkloadRef{Namespace: "quiet", Name: w}, 0.2)
+		traffic.SetBehavior(mesh.WorkloadRef{Namespace: "surge", Name: w}, "", mesh.Behavior{ErrorRatio: 0.02, LatencyMs: 40})
+		traffic.SetRate(mesh.WorkloadRef{Namespace: "surge", Name: w}, 100)
+	}
+	waitForTraffic(t, f, "broken", 2)
+	waitForTraffic(t, f, "surge", 2)
+
+	// Today's mode: a 10 s window after a 10 s bake, a run every 2 s, two
+	// passes in a row.
+	cfg, q := withMetrics(t, f, testConfig(f))
+	cfg.Gates.Metrics.LatencyP99.Enabled = false
+	cfg.Concurrency = 2
+	threshold := startAnalyzedAgent(t, f, cfg, q, newAPICounter())
+	optIn(f, "broken-threshold", "1-26", 10)
+	optIn(f, "busy-threshold", "1-26", 10)
+	st := waitForPhase(f, "broken-threshold", canary.PhaseRolledBack, 3*time.Minute)
+	_, thresholdFail := decidedAfter(t, st)
+	st = waitForPhase(f, "busy-threshold", canary.PhaseCompleted, 3*time.Minute)
+	_, thresholdPass := decidedAfter(t, st)
+	threshold.Kill()
+	t.Logf("threshold mode: failed %s after the wave started, passed the last wave %s after it started", thresholdFail, thresholdPass)
+
+	cfg, q = withSequential(t, f)
+	startAgentWith(t, f, cfg, newAPICounter(), "agent-2", agent.GateDeps{Prometheus: q})
+	for _, ns := range []string{"broken", "busy", "quiet", "surge"} {
+		optIn(f, ns, "1-26", 10)
+	}
+	// The surge comes once reviews, the first wave, is up on 1-26 and
+	// being measured.
+	waitForMove(f, "surge", "reviews", 1)
+	f.WaitForRolledOut("surge", "reviews")
+	for _, w := range []string{"reviews", "details"} {
+		traffic.SetRate(mesh.WorkloadRef{Namespace: "surge", Name: w}, 400)
+	}
+	surged := time.Now()
+
+	t.Run("the broken revision is rolled back sooner, on evidence", func(t *testing.T) {
+		st := waitForPhase(f, "broken", canary.PhaseRolledBack, 3*time.Minute)
+		v, after := decidedAfter(t, st)
+		t.Logf("sequential: failed %s after the wave started: %s", after, v.Reason)
+		assert.Less(t, after, thresholdFail)
+		assert.Regexp(t, `^rolled back 1 workloads to 1-25: wave 1 failed: error-rate fail: reviews: error ratio 3\d\.\d\d% \(\d+/\d+\) against 0\.00% \(0/\d+\) before the restart; `+
+			`control: its own error ratio before the restart; evidence \S+ of 40: fail$`, st.Reason)
+		require.Len(t, v.Measurements, 1)
+		m := v.Measurements[0]
+		assert.Equal(t, canary.ResultFail, m.Result)
+		require.NotNil(t, m.Evidence)
+		assert.GreaterOrEqual(t, *m.Evidence, 40.0)
+		assert.Equal(t, 40.0, *m.EvidenceBound)
+		assert.Equal(t, "its own error ratio before the restart", m.Control)
+	})
+
+	t.Run("a busy healthy namespace passes each wave on one final pass, sooner", func(t *testing.T) {
+		st := waitForPhase(f, "busy", canary.PhaseCompleted, 3*time.Minute)
+		v, after := decidedAfter(t, st)
+		t.Logf("sequential: passed the last wave %s after it started: %s", after, v.Reason)
+		assert.Less(t, after, thresholdPass)
+		assert.True(t, v.Final)
+		assert.Regexp(t, `^details: error ratio 0\.00% \(0/\d+\) against 0\.00% \(0/\d+\) before the restart; control: its own error ratio before the restart; evidence of health \S+ of 40: pass$`, v.Reason)
+	})
+
+	t.Run("a quiet namespace is inconclusive at the maximum duration, never a pass", func(t *testing.T) {
+		st := waitForPhase(f, "quiet", canary.PhasePaused, 3*time.Minute)
+		assert.Regexp(t, `^wave 1 paused: error-rate inconclusive 3 times: no verdict 30s after the wave was up: reviews: error ratio 0\.00% \(0/\d+\) `, st.Reason)
+		assert.Zero(t, st.Counts.Moved, "nothing passed")
+	})
+
+	t.Run("traffic quadrupling for every workload mid-wave does not fail it", func(t *testing.T) {
+		st := waitForPhaseOrPause(f, "surge", canary.PhaseCompleted, 3*time.Minute, canary.PhaseRolledBack, canary.PhaseRollingBack)
+		t.Logf("surge: %s: %s", st.Phase, st.Reason)
+		v, ok := verdictOf(st, "error-rate")
+		require.True(t, ok)
+		assert.True(t, v.At.After(surged), "the verdict came after the surge: %s", v.At)
+		assert.NotContains(t, []canary.Phase{canary.PhaseRolledBack, canary.PhaseRollingBack}, st.Phase, "a healthy wave is not failed")
+		assert.NotEqual(t, canary.ResultFail, v.Result, fmt.Sprint(v))
+		assert.Contains(t, v.Reason, "control: the namespace's workloads not yet moved, against their split before the restart",
+			"with errors before the restart on both, the other workloads are the control")
+	})
+}
