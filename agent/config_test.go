@@ -58,9 +58,10 @@ func TestParseConfigRejectsBadValues(t *testing.T) {
 			"config key gates.metrics.errorRate.sequential.alpha: 0 is not a number between 0 and 1\n" +
 				"config key gates.metrics.errorRate.sequential.step: 1.5s is not a whole number of seconds, at least 1s"},
 		{"a sequential check's floor of 100%", "gates: {metrics: {errorRate: {mode: sequential, sequential: {floor: 1}}}}\n",
-			"config key gates.metrics.errorRate.sequential.floor: 1 is not an error ratio from 0 up to 1, 1 not included"},
+			"config key gates.metrics.errorRate.sequential.floor: 1 is not a share of requests from 0 up to 1, 1 not included"},
 		{"a sequential check's history shorter than a look", "gates: {metrics: {errorRate: {mode: sequential, sequential: {step: 30s, history: 15s}}}}\n",
 			"config key gates.metrics.errorRate.sequential.history: 15s is not at least the step (30s): the control is read from the looks before the restart"},
+		{"an unknown mode of the latency check", "gates: {metrics: {latencyP99: {mode: quantile}}}\n", `config key gates.metrics.latencyP99.mode: "quantile" is not "threshold" or "sequential"`},
 		{"a zero batch", "batchSize: 0\n", "config key batchSize: 0 is not an integer from 1 to 500"},
 		{"a canary larger than the status lists", "canarySize: 501\n", "config key canarySize: 501 is not an integer from 1 to 500"},
 		{"an unknown policy", "failurePolicy: Retry\n", `config key failurePolicy: "Retry" is not one of "RollbackWave", "Pause" or "Continue"`},
@@ -151,12 +152,25 @@ func TestTheSequentialModeReplacesTheThresholdErrorCheck(t *testing.T) {
 	for _, g := range chain {
 		names = append(names, g.Name())
 	}
-	assert.Equal(t, []string{"rollout", "injection", "error-rate", "latency-p99"}, names)
-	seq, ok := chain[2].(*analysis.SequentialErrorGate)
+	assert.Equal(t, []string{"rollout", "injection", "error-rate", "latency-p99"}, names, "the threshold latency check stays")
+	seq, ok := chain[2].(*analysis.SequentialGate)
 	require.True(t, ok, "%T", chain[2])
-	assert.Equal(t, analysis.SequentialErrorGate{Test: sequential.ErrorTest{Alpha: 0.01, Tolerance: 0.5, Floor: 0.005}, Prometheus: noProm{},
+	assert.Equal(t, analysis.SequentialGate{Measure: analysis.SequentialErrors{}, Test: sequential.ErrorTest{Alpha: 0.01, Tolerance: 0.5, Floor: 0.005}, Prometheus: noProm{},
 		Step: 30 * time.Second, History: 10 * time.Minute, MaxDuration: 15 * time.Minute, QueryTimeout: 10 * time.Second}, *seq)
 
+	cfg, err = ParseConfig([]byte("gates: {sync: {enabled: false}, metrics: {prometheus: {url: 'http://p:9090'}, latencyP99: {mode: sequential}}}\n"))
+	require.NoError(t, err)
+	build, err = cfg.Gates.BuildGates(cfg.RootNamespace, GateDeps{Prometheus: noProm{}})
+	require.NoError(t, err)
+	chain = build(canary.WaveUnderTest{})
+	require.Len(t, chain, 4)
+	_, threshold := chain[2].(*analysis.MetricGate)
+	assert.True(t, threshold, "the threshold error check first: %T", chain[2])
+	assert.Equal(t, &analysis.SequentialGate{Measure: analysis.SequentialLatency{Quantile: 0.99}, Test: sequential.ErrorTest{Alpha: 0.05, Tolerance: 0.5, Floor: 0.005}, Prometheus: noProm{},
+		Step: 15 * time.Second, History: 10 * time.Minute, MaxDuration: 15 * time.Minute, QueryTimeout: 10 * time.Second}, chain[3], "the latency check, sequential, after it")
+
+	cfg, err = ParseConfig([]byte("gates: {sync: {enabled: false}, metrics: {prometheus: {url: 'http://p:9090'}, errorRate: {mode: sequential}}}\n"))
+	require.NoError(t, err)
 	_, err = cfg.Gates.BuildGates(cfg.RootNamespace, GateDeps{Prometheus: instantOnly{}})
 	assert.EqualError(t, err, "config key gates.metrics.errorRate.mode: the sequential check needs a Prometheus client that runs range queries")
 }

@@ -68,9 +68,9 @@ type MetricGates struct {
 	// QueryTimeout bounds one query.
 	QueryTimeout Duration `json:"queryTimeout"`
 	// The built-in checks over Istio's request metrics.
-	ErrorRate         ErrorRateCheck `json:"errorRate"`
-	LatencyP99        BuiltinCheck   `json:"latencyP99"`
-	OutboundErrorRate BuiltinCheck   `json:"outboundErrorRate"`
+	ErrorRate         ModeCheck    `json:"errorRate"`
+	LatencyP99        ModeCheck    `json:"latencyP99"`
+	OutboundErrorRate BuiltinCheck `json:"outboundErrorRate"`
 	// Checks are the user's own.
 	Checks []CustomCheck `json:"checks"`
 }
@@ -91,10 +91,12 @@ type BuiltinCheck struct {
 	MinRequests float64 `json:"minRequests"`
 }
 
-// ErrorRateCheck tunes the built-in error check: a threshold check, or
-// with Mode "sequential" the anytime-valid test of Sequential, which
-// leaves the threshold, tolerance and minimum aside.
-type ErrorRateCheck struct {
+// ModeCheck tunes a built-in check that has two modes: a threshold check,
+// or with Mode "sequential" the anytime-valid test of Sequential, which
+// leaves the threshold, tolerance and minimum aside. The error check's
+// sequential test counts 5xx answers; the latency check's, the answers
+// slower than the p99's bucket before the restart.
+type ModeCheck struct {
 	BuiltinCheck
 	// Mode is "threshold" (the default) or "sequential".
 	Mode       string          `json:"mode"`
@@ -102,7 +104,7 @@ type ErrorRateCheck struct {
 }
 
 // SequentialCheck tunes the sequential error check (analysis
-// SequentialErrorGate, package analysis/sequential).
+// SequentialGate, package analysis/sequential).
 type SequentialCheck struct {
 	// Alpha is the chance, at most, that a healthy wave is failed (or a
 	// failing one passed), however often it is looked at; the wave's
@@ -139,6 +141,11 @@ type CustomCheck struct {
 	Unit        string  `json:"unit"`
 }
 
+// defaultSequential are the settings of a sequential check, the study's
+// (make study, bench/results.md).
+var defaultSequential = SequentialCheck{Alpha: 0.05, Tolerance: 0.5, Floor: 0.005, Step: Duration(15 * time.Second),
+	History: Duration(10 * time.Minute), MaxDuration: Duration(15 * time.Minute)}
+
 func defaultGates() Gates {
 	def := canary.DefaultConfig()
 	return Gates{
@@ -148,16 +155,14 @@ func defaultGates() Gates {
 			Timeout:   Duration(2 * time.Minute), Interval: Duration(5 * time.Second), RequestTimeout: Duration(5 * time.Second),
 		},
 		Metrics: MetricGates{
-			Prometheus:     Prometheus{HTTP: promconfig.DefaultHTTPClientConfig},
-			BakeTime:       Duration(time.Minute),
-			Interval:       Duration(def.AnalysisInterval),
-			Window:         Duration(time.Minute),
-			RequiredPasses: def.RequiredPasses,
-			QueryTimeout:   Duration(10 * time.Second),
-			ErrorRate: ErrorRateCheck{BuiltinCheck: BuiltinCheck{Enabled: true, Threshold: 0.05, Tolerance: 1.0, MinRequests: 50}, Mode: "threshold",
-				Sequential: SequentialCheck{Alpha: 0.05, Tolerance: 0.5, Floor: 0.005, Step: Duration(15 * time.Second),
-					History: Duration(10 * time.Minute), MaxDuration: Duration(15 * time.Minute)}},
-			LatencyP99:        BuiltinCheck{Enabled: true, Threshold: 1000, Tolerance: 0.5, MinRequests: 50},
+			Prometheus:        Prometheus{HTTP: promconfig.DefaultHTTPClientConfig},
+			BakeTime:          Duration(time.Minute),
+			Interval:          Duration(def.AnalysisInterval),
+			Window:            Duration(time.Minute),
+			RequiredPasses:    def.RequiredPasses,
+			QueryTimeout:      Duration(10 * time.Second),
+			ErrorRate:         ModeCheck{BuiltinCheck: BuiltinCheck{Enabled: true, Threshold: 0.05, Tolerance: 1.0, MinRequests: 50}, Mode: "threshold", Sequential: defaultSequential},
+			LatencyP99:        ModeCheck{BuiltinCheck: BuiltinCheck{Enabled: true, Threshold: 1000, Tolerance: 0.5, MinRequests: 50}, Mode: "threshold", Sequential: defaultSequential},
 			OutboundErrorRate: BuiltinCheck{Enabled: false, Threshold: 0.05, Tolerance: 1.0, MinRequests: 20},
 		},
 	}
@@ -243,34 +248,11 @@ func (m MetricGates) validate() []error {
 	for _, b := range []struct {
 		key string
 		c   BuiltinCheck
-	}{{"errorRate", m.ErrorRate.BuiltinCheck}, {"latencyP99", m.LatencyP99}, {"outboundErrorRate", m.OutboundErrorRate}} {
+	}{{"errorRate", m.ErrorRate.BuiltinCheck}, {"latencyP99", m.LatencyP99.BuiltinCheck}, {"outboundErrorRate", m.OutboundErrorRate}} {
 		numbers("gates.metrics."+b.key, b.c.Threshold, b.c.Tolerance, b.c.MinRequests)
 	}
-	switch e := m.ErrorRate; e.Mode {
-	case "threshold":
-	case "sequential":
-		q, key := e.Sequential, "gates.metrics.errorRate.sequential."
-		if !(q.Alpha > 0 && q.Alpha < 1) {
-			bad(key+"alpha", q.Alpha, "a number between 0 and 1")
-		}
-		if !nonNegative(q.Tolerance) {
-			bad(key+"tolerance", q.Tolerance, "a finite number of zero or more")
-		}
-		if !(q.Floor >= 0 && q.Floor < 1) {
-			bad(key+"floor", q.Floor, "an error ratio from 0 up to 1, 1 not included")
-		}
-		step := q.Step.D()
-		switch {
-		case step < time.Second || step%time.Second != 0:
-			bad(key+"step", step, "a whole number of seconds, at least 1s")
-		case q.History.D() < step:
-			bad(key+"history", q.History.D(), fmt.Sprintf("at least the step (%s): the control is read from the looks before the restart", step))
-		case q.MaxDuration.D() < step:
-			bad(key+"maxDuration", q.MaxDuration.D(), fmt.Sprintf("at least the step (%s)", step))
-		}
-	default:
-		bad("gates.metrics.errorRate.mode", strconv.Quote(e.Mode), `"threshold" or "sequential"`)
-	}
+	errs = append(errs, m.ErrorRate.validate("gates.metrics.errorRate")...)
+	errs = append(errs, m.LatencyP99.validate("gates.metrics.latencyP99")...)
 	seen := map[string]bool{}
 	for i, c := range m.Checks {
 		key := fmt.Sprintf("gates.metrics.checks[%d]", i)
@@ -303,6 +285,9 @@ func (m MetricGates) validate() []error {
 	// Whatever is accepted builds: the gates' own rules, checked the way
 	// BuildGates will apply them.
 	for _, c := range m.checks() {
+		if c.sequential != nil {
+			continue // validate checked its settings by key
+		}
 		if _, err := analysis.NewMetricGate(c.check, nil, m.BakeTime.D(), m.Interval.D(), m.Window.D(), m.QueryTimeout.D()); err != nil {
 			errs = append(errs, fmt.Errorf("config key %s: %w", c.key, err))
 		}
@@ -312,26 +297,68 @@ func (m MetricGates) validate() []error {
 
 func nonNegative(v float64) bool { return v >= 0 && !math.IsInf(v, 1) }
 
+// validate checks the mode, and the sequential settings when they apply.
+func (c ModeCheck) validate(key string) []error {
+	var errs []error
+	bad := func(key string, value any, expected string) {
+		errs = append(errs, fmt.Errorf("config key %s: %v is not %s", key, value, expected))
+	}
+	switch c.Mode {
+	case "threshold":
+	case "sequential":
+		q, key := c.Sequential, key+".sequential."
+		if !(q.Alpha > 0 && q.Alpha < 1) {
+			bad(key+"alpha", q.Alpha, "a number between 0 and 1")
+		}
+		if !nonNegative(q.Tolerance) {
+			bad(key+"tolerance", q.Tolerance, "a finite number of zero or more")
+		}
+		if !(q.Floor >= 0 && q.Floor < 1) {
+			bad(key+"floor", q.Floor, "a share of requests from 0 up to 1, 1 not included")
+		}
+		step := q.Step.D()
+		switch {
+		case step < time.Second || step%time.Second != 0:
+			bad(key+"step", step, "a whole number of seconds, at least 1s")
+		case q.History.D() < step:
+			bad(key+"history", q.History.D(), fmt.Sprintf("at least the step (%s): the control is read from the looks before the restart", step))
+		case q.MaxDuration.D() < step:
+			bad(key+"maxDuration", q.MaxDuration.D(), fmt.Sprintf("at least the step (%s)", step))
+		}
+	default:
+		bad(key+".mode", strconv.Quote(c.Mode), `"threshold" or "sequential"`)
+	}
+	return errs
+}
+
 // keyedCheck is a check with the config key it comes from.
 type keyedCheck struct {
 	key   string
 	check analysis.Check
+	// sequential, when set, replaces check: the check's mode is
+	// sequential and it counts what measure says.
+	sequential *SequentialCheck
+	measure    analysis.SequentialMeasure
 }
 
 // checks are the metric checks the configuration turns on.
 func (m MetricGates) checks() []keyedCheck {
 	var out []keyedCheck
-	if m.ErrorRate.Enabled && m.ErrorRate.Mode != "sequential" {
-		out = append(out, keyedCheck{"gates.metrics.errorRate", analysis.ErrorRateCheck(m.ErrorRate.Threshold, m.ErrorRate.Tolerance, m.ErrorRate.MinRequests)})
+	if e := m.ErrorRate; e.Enabled && e.Mode == "sequential" {
+		out = append(out, keyedCheck{key: "gates.metrics.errorRate", sequential: &e.Sequential, measure: analysis.SequentialErrors{}})
+	} else if e.Enabled {
+		out = append(out, keyedCheck{key: "gates.metrics.errorRate", check: analysis.ErrorRateCheck(e.Threshold, e.Tolerance, e.MinRequests)})
 	}
-	if m.LatencyP99.Enabled {
-		out = append(out, keyedCheck{"gates.metrics.latencyP99", analysis.LatencyP99Check(m.LatencyP99.Threshold, m.LatencyP99.Tolerance, m.LatencyP99.MinRequests)})
+	if l := m.LatencyP99; l.Enabled && l.Mode == "sequential" {
+		out = append(out, keyedCheck{key: "gates.metrics.latencyP99", sequential: &l.Sequential, measure: analysis.SequentialLatency{Quantile: 0.99}})
+	} else if l.Enabled {
+		out = append(out, keyedCheck{key: "gates.metrics.latencyP99", check: analysis.LatencyP99Check(l.Threshold, l.Tolerance, l.MinRequests)})
 	}
 	if m.OutboundErrorRate.Enabled {
-		out = append(out, keyedCheck{"gates.metrics.outboundErrorRate", analysis.OutboundErrorRateCheck(m.OutboundErrorRate.Threshold, m.OutboundErrorRate.Tolerance, m.OutboundErrorRate.MinRequests)})
+		out = append(out, keyedCheck{key: "gates.metrics.outboundErrorRate", check: analysis.OutboundErrorRateCheck(m.OutboundErrorRate.Threshold, m.OutboundErrorRate.Tolerance, m.OutboundErrorRate.MinRequests)})
 	}
 	for i, c := range m.Checks {
-		out = append(out, keyedCheck{fmt.Sprintf("gates.metrics.checks[%d]", i), analysis.Check{Name: c.Name, Query: c.Query, Requests: c.Requests, GroupBy: c.GroupBy,
+		out = append(out, keyedCheck{key: fmt.Sprintf("gates.metrics.checks[%d]", i), check: analysis.Check{Name: c.Name, Query: c.Query, Requests: c.Requests, GroupBy: c.GroupBy,
 			Threshold: c.Threshold, Tolerance: c.Tolerance, MinRequests: c.MinRequests, Unit: c.Unit}})
 	}
 	return out
@@ -386,18 +413,19 @@ func (g Gates) BuildGates(rootNamespace string, deps GateDeps) (func(canary.Wave
 			}
 			q = promv1.NewAPI(api)
 		}
-		if e := m.ErrorRate; e.Enabled && e.Mode == "sequential" {
-			rq, ok := q.(analysis.RangeQuerier)
-			if !ok {
-				return nil, errors.New("config key gates.metrics.errorRate.mode: the sequential check needs a Prometheus client that runs range queries")
-			}
-			gate, err := analysis.NewSequentialErrorGate(e.Sequential.test(), rq, e.Sequential.Step.D(), e.Sequential.History.D(), e.Sequential.MaxDuration.D(), m.QueryTimeout.D())
-			if err != nil {
-				return nil, fmt.Errorf("config key gates.metrics.errorRate.sequential: %w", err)
-			}
-			forward = append(forward, gate)
-		}
 		for _, c := range m.checks() {
+			if s := c.sequential; s != nil {
+				rq, ok := q.(analysis.RangeQuerier)
+				if !ok {
+					return nil, fmt.Errorf("config key %s.mode: the sequential check needs a Prometheus client that runs range queries", c.key)
+				}
+				gate, err := analysis.NewSequentialGate(c.measure, s.test(), rq, s.Step.D(), s.History.D(), s.MaxDuration.D(), m.QueryTimeout.D())
+				if err != nil {
+					return nil, fmt.Errorf("config key %s.sequential: %w", c.key, err)
+				}
+				forward = append(forward, gate)
+				continue
+			}
 			gate, err := analysis.NewMetricGate(c.check, q, m.BakeTime.D(), m.Interval.D(), m.Window.D(), m.QueryTimeout.D())
 			if err != nil {
 				return nil, fmt.Errorf("config key %s: %w", c.key, err)

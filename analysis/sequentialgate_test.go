@@ -36,9 +36,9 @@ func (f *rangeProm) QueryRange(_ context.Context, q string, r promv1.Range, _ ..
 
 var defaultSequential = sequential.ErrorTest{Alpha: 0.05, Tolerance: 0.5, Floor: 0.005}
 
-func newSequentialGate(t *testing.T, q RangeQuerier) *SequentialErrorGate {
+func newSequentialGate(t *testing.T, q RangeQuerier) *SequentialGate {
 	t.Helper()
-	g, err := NewSequentialErrorGate(defaultSequential, q, 15*time.Second, 10*time.Minute, 15*time.Minute, 10*time.Second)
+	g, err := NewSequentialGate(SequentialErrors{}, defaultSequential, q, 15*time.Second, 10*time.Minute, 15*time.Minute, 10*time.Second)
 	require.NoError(t, err)
 	return g
 }
@@ -73,17 +73,17 @@ func TestCountersAreCutIntoLooksAcrossResetsAndNewPods(t *testing.T) {
 	m := model.Matrix{
 		// 10 then 5 a look; a reset at step 3 counts its new value.
 		counter("a", "a-1", seriesRequests, start, 100, 110, 115, 4, 9),
-		// A pod that starts after the first step counts its first value.
+		// A counter's first sample is its baseline, wherever it comes.
 		counter("a", "a-2", seriesRequests, start, nan, nan, 7, 17, 27),
 		// A missed scrape: the next sample counts the whole increase.
 		counter("a", "a-3", seriesRequests, start, 0, 1, nan, 5, 6),
 	}
 	inc := increases(m, start, 15*time.Second, 5)
 	assert.Equal(t, []float64{0, 10, 5, 4, 5}, inc[seriesKey{"a", "a-1", "", seriesRequests}])
-	assert.Equal(t, []float64{0, 0, 7, 10, 10}, inc[seriesKey{"a", "a-2", "", seriesRequests}])
+	assert.Equal(t, []float64{0, 0, 0, 10, 10}, inc[seriesKey{"a", "a-2", "", seriesRequests}])
 	assert.Equal(t, []float64{0, 1, 0, 4, 1}, inc[seriesKey{"a", "a-3", "", seriesRequests}])
-	looks := workloadLooks(inc, map[string]bool{"a": true}, 5)
-	assert.Equal(t, []sequential.Counts{{}, {Requests: 11}, {Requests: 12}, {Requests: 18}, {Requests: 16}}, looks)
+	looks := lookCounts(inc, map[string]bool{"a": true}, 5, seriesRequests, func(kind string) bool { return kind == seriesErrors })
+	assert.Equal(t, []sequential.Counts{{}, {Requests: 11}, {Requests: 5}, {Requests: 18}, {Requests: 16}}, looks)
 }
 
 // world builds a matrix from History before the restart to steps after
@@ -185,10 +185,10 @@ func TestPrometheusTroubleIsInconclusive(t *testing.T) {
 }
 
 func TestSequentialSettingsThatCannotWorkAreRefused(t *testing.T) {
-	_, err := NewSequentialErrorGate(sequential.ErrorTest{Alpha: 2}, nil, 1500*time.Millisecond, time.Second, time.Second, -time.Second)
+	_, err := NewSequentialGate(SequentialErrors{}, sequential.ErrorTest{Alpha: 2}, nil, 1500*time.Millisecond, time.Second, time.Second, -time.Second)
 	assert.EqualError(t, err, "check error-rate: alpha 2 is not between 0 and 1\n"+
 		"a step of 1.5s is not a whole number of seconds of at least 1s\n"+
 		"a query timeout of -1s is negative")
-	_, err = NewSequentialErrorGate(defaultSequential, nil, 15*time.Second, 10*time.Second, time.Hour, 0)
+	_, err = NewSequentialGate(SequentialErrors{}, defaultSequential, nil, 15*time.Second, 10*time.Second, time.Hour, 0)
 	assert.EqualError(t, err, "check error-rate: a history of 10s is shorter than a step of 15s: there would be no look before the restart")
 }

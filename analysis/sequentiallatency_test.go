@@ -1,0 +1,92 @@
+package analysis
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
+	"github.com/prometheus/common/model"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/meshwave/meshwave/canary"
+)
+
+// latencyWorld is 40 looks before the restart and after more after it, at
+// 200 requests a look on each workload. Per look, the buckets 25, 50, 100
+// and 250 ms hold 180, 197, 199 and 200 of them (cumulative), so the p99
+// falls in the 100 ms bucket; after the restart, reviews' 100 ms bucket
+// holds fastAfter.
+func latencyWorld(restart time.Time, after int, fastAfter float64) (model.Matrix, promv1.Range) {
+	start := restart.Add(-10 * time.Minute)
+	steps := 40 + after + 1
+	les := []string{"25", "50", "100", "250", "+Inf"}
+	perLook := map[string]float64{"25": 180, "50": 197, "100": 199, "250": 200, "+Inf": 200}
+	var m model.Matrix
+	for _, w := range []string{"reviews", "ratings"} {
+		for _, le := range les {
+			var vs []float64
+			v := 0.0
+			for k := range steps {
+				vs = append(vs, v)
+				add := perLook[le]
+				if w == "reviews" && k >= 40 {
+					switch le {
+					case "25", "50":
+						add = fastAfter * perLook[le] / 199
+					case "100":
+						add = fastAfter
+					}
+				}
+				v += add
+			}
+			s := counter(w, w+"-1", "", start, vs...)
+			delete(s.Metric, seriesLabel)
+			s.Metric["le"] = model.LabelValue(le)
+			m = append(m, s)
+		}
+	}
+	return m, promv1.Range{Start: start, End: start.Add(time.Duration(steps-1) * 15 * time.Second), Step: 15 * time.Second}
+}
+
+func newLatencyGate(t *testing.T, q RangeQuerier) *SequentialGate {
+	t.Helper()
+	g, err := NewSequentialGate(SequentialLatency{Quantile: 0.99}, defaultSequential, q, 15*time.Second, 10*time.Minute, 15*time.Minute, 10*time.Second)
+	require.NoError(t, err)
+	return g
+}
+
+func TestTheSequentialLatencyQueryCountsEachPodsHistogramBuckets(t *testing.T) {
+	w := movedWave(t0)
+	assert.Equal(t, `sum by (destination_workload, pod, instance, le) (istio_request_duration_milliseconds_bucket{reporter="destination",destination_workload_namespace="shop",destination_workload=~"ratings|reviews"})`,
+		newLatencyGate(t, nil).Query(w))
+}
+
+// Before the restart, 0.5% of answers were slower than 100 ms and 1.5%
+// slower than 50 ms: the p99 fell in the 100 ms bucket. Reviews on the new
+// revision answers a quarter of its requests slower than that.
+func TestAWorkloadThatGotSlowerFailsOnTheShareSlowerThanTheHistorysP99(t *testing.T) {
+	m, r := latencyWorld(t0, 4, 150)
+	v := newLatencyGate(t, &rangeProm{matrix: m}).Evaluate(context.Background(), movedWave(t0), r.End)
+	assert.Equal(t, canary.ResultFail, v.Result)
+	assert.True(t, v.Final)
+	assert.Equal(t, "reviews: share slower than 100ms 25.00% (100/400) against the control's 0.50% (2/400), 0.50% (40/8000) and 0.50% (40/8000) before the restart; "+
+		"control: the namespace's workloads not yet moved, against their split before the restart; evidence 6.39e+04 of 40: fail", v.Reason)
+}
+
+func TestAWorkloadAsFastAsBeforeIsNotFailedOnLatency(t *testing.T) {
+	m, r := latencyWorld(t0, 20, 199)
+	v := newLatencyGate(t, &rangeProm{matrix: m}).Evaluate(context.Background(), movedWave(t0), r.End)
+	assert.NotEqual(t, canary.ResultFail, v.Result, v.Reason)
+}
+
+func TestWithoutRequestsBeforeTheRestartTheLatencyCheckIsInconclusive(t *testing.T) {
+	m, r := latencyWorld(t0, 4, 150)
+	for _, s := range m {
+		s.Values = s.Values[40:]
+	}
+	v := newLatencyGate(t, &rangeProm{matrix: m}).Evaluate(context.Background(), movedWave(t0), r.End)
+	assert.Equal(t, canary.ResultInconclusive, v.Result)
+	assert.Equal(t, "no request before the restart to place the p99 on", v.Reason)
+}
