@@ -21,12 +21,28 @@ type outcome struct {
 }
 
 // sequentialMode looks after every scrape until a verdict or the last
-// look.
+// look, against the control's pods at the same time.
 func sequentialMode(test sequential.ErrorTest, st stream) (outcome, error) {
 	e, err := test.Start()
 	if err != nil {
 		return outcome{}, err
 	}
+	return replay(e, st)
+}
+
+// historyMode is the sequential check as the agent's gate runs it: the
+// control is the history before the restart (the other workloads' split
+// then, or the workload's own error ratio then), and the looks are held
+// to it.
+func historyMode(test sequential.ErrorTest, st stream) (outcome, error) {
+	e, err := test.StartAgainstHistory(st.history)
+	if err != nil {
+		return outcome{}, err
+	}
+	return replay(e, st)
+}
+
+func replay(e *sequential.ErrorProcess, st stream) (outcome, error) {
 	for i, l := range st.looks {
 		if err := e.Observe(l); err != nil {
 			return outcome{}, err
@@ -78,9 +94,8 @@ func (m thresholdMode) run(st stream) (outcome, error) {
 			window.Errors += l.Treatment.Errors
 		}
 		var history sequential.Counts
-		for _, c := range st.history {
-			history.Requests += c.Requests
-			history.Errors += c.Errors
+		for _, l := range st.history[len(st.history)-baselineLooks:] {
+			history = history.Add(l.Treatment)
 		}
 		v := m.gate.Judge(m.wave, m.vector(window, history))
 		switch v.Result {

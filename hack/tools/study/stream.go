@@ -16,9 +16,13 @@ const lookSeconds = 15
 // a workload of six, or a namespace whose other workloads have four.
 const treatmentPods, controlPods = 2, 4
 
-// historyLooks is the treatment's own history before its restart that
-// today's mode takes its baseline from: its one-minute window.
-const historyLooks = 4
+// historyLooks is the history before the restart: the 10 minutes the
+// sequential check reads by default. Today's mode takes its baseline from
+// the treatment's last minute of it (baselineLooks).
+const (
+	historyLooks  = 40
+	baselineLooks = 4
+)
 
 // scenario is one kind of wave: the error ratio each arm serves, look by
 // look, and what the traffic does. Looks count from the wave being up;
@@ -35,7 +39,7 @@ type scenario struct {
 
 // stream is one run's counts, drawn once and read by both modes.
 type stream struct {
-	history []sequential.Counts // the treatment's, before its restart
+	history []sequential.Look // both arms, before the restart
 	looks   []sequential.Look
 }
 
@@ -56,8 +60,10 @@ func (s scenario) draw(seed uint64, rps float64, looks int) stream {
 		return sequential.Counts{Requests: n, Errors: distuv.Binomial{N: n, P: p, Src: src}.Rand()}
 	}
 	var st stream
+	// Before the restart the treatment's pods ran the source revision:
+	// they served the control's error ratio.
 	for l := -historyLooks; l < 0; l++ {
-		st.history = append(st.history, counts(treatmentPods, l, s.control))
+		st.history = append(st.history, sequential.Look{Treatment: counts(treatmentPods, l, s.control), Control: counts(controlPods, l, s.control)})
 	}
 	for l := 0; l < looks; l++ {
 		st.looks = append(st.looks, sequential.Look{

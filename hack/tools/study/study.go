@@ -50,8 +50,8 @@ func quantile(p float64, times []float64) float64 {
 
 // cell is one scenario at one traffic level.
 type cell struct {
-	rps                   float64
-	sequential, threshold tally
+	rps                            float64
+	sequential, history, threshold tally
 }
 
 // result is the whole study.
@@ -87,11 +87,16 @@ func study(runs int) (result, error) {
 				if err != nil {
 					return result{}, err
 				}
+				hist, err := historyMode(sequentialTest, st)
+				if err != nil {
+					return result{}, err
+				}
 				thr, err := threshold.run(st)
 				if err != nil {
 					return result{}, err
 				}
 				c.sequential.add(seq)
+				c.history.add(hist)
 				c.threshold.add(thr)
 			}
 			res.cells[sc.name] = append(res.cells[sc.name], c)

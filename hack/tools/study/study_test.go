@@ -41,10 +41,12 @@ func TestTheSequentialModeFailsAtMostAlphaOfTheStudysHealthyWaves(t *testing.T) 
 	require.NoError(t, err)
 	for _, sc := range scenarios {
 		for _, c := range res.cells[sc.name] {
-			if sc.healthy {
-				assert.LessOrEqual(t, float64(c.sequential.failed), sequentialTest.Alpha*runs, "%s at %g rps", sc.name, c.rps)
-			} else {
-				assert.LessOrEqual(t, float64(c.sequential.passed), sequentialTest.Alpha*runs, "%s at %g rps", sc.name, c.rps)
+			for mode, got := range map[string]tally{"at the same time": c.sequential, "against the history": c.history} {
+				if sc.healthy {
+					assert.LessOrEqual(t, float64(got.failed), sequentialTest.Alpha*runs, "%s at %g rps, %s", sc.name, c.rps, mode)
+				} else {
+					assert.LessOrEqual(t, float64(got.passed), sequentialTest.Alpha*runs, "%s at %g rps, %s", sc.name, c.rps, mode)
+				}
 			}
 		}
 	}
@@ -58,7 +60,7 @@ func TestTheSequentialModeFailsAtMostAlphaOfTheStudysHealthyWaves(t *testing.T) 
 func looks(n int, history sequential.Counts, l sequential.Look) stream {
 	st := stream{}
 	for range historyLooks {
-		st.history = append(st.history, history)
+		st.history = append(st.history, sequential.Look{Treatment: history})
 	}
 	for range n {
 		st.looks = append(st.looks, l)
