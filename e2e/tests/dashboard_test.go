@@ -113,7 +113,10 @@ func (p *agentProcess) stop() {
 }
 
 // agentProcessConfig is the agent's configuration file for the world:
-// testConfig's short waits and withMetrics' short windows, as YAML.
+// testConfig's short waits and withMetrics' short windows, as YAML. The
+// error check is sequential, with a floor as lenient as the threshold
+// mode's 5%, so that its evidence reaches the dashboard beside the
+// latency check's threshold.
 func agentProcessConfig(t *testing.T, f *fixture.Fixture, concurrency int) string {
 	t.Helper()
 	token := filepath.Join(t.TempDir(), "istio-token")
@@ -140,6 +143,9 @@ gates:
     interval: 2s
     requiredPasses: 2
     queryTimeout: 3s
+    errorRate:
+      mode: sequential
+      sequential: {floor: 0.05, step: 1s, history: 30s, maxDuration: 1m}
 `, concurrency, token, f.World.Mesh.Ports().GRPCTLS, f.World.Prometheus.URL)
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(raw), 0o644))

@@ -46,7 +46,10 @@ func TestEveryWorkloadKindMigrates(t *testing.T) {
 			DaemonSet(fixture.NewDaemonSet(ns, "agent"))
 		f.World.Cluster.Kubelet.KeepRunning(cluster.PodSelector{Namespace: ns, Labels: fixture.PodSelector(map[string]string{"app": "nightly"})})
 		f.World.Cluster.Kubelet.KeepRunning(cluster.PodSelector{Namespace: ns, Labels: fixture.PodSelector(map[string]string{"app": "migrate"})})
-		cj := fixture.NewCronJob(ns, "nightly", "0 3 * * *")
+		// Its schedule comes twelve hours from now: the scenario's one run is
+		// the manual Job below. A fixed hour fired when the suite ran at it.
+		in12h := time.Now().UTC().Add(12 * time.Hour)
+		cj := fixture.NewCronJob(ns, "nightly", fmt.Sprintf("%d %d * * *", in12h.Minute(), in12h.Hour()))
 		created, err := f.Client.BatchV1().CronJobs(ns).Create(f.Ctx, cj, metav1.CreateOptions{})
 		require.NoError(t, err)
 		_, err = f.Client.BatchV1().Jobs(ns).Create(f.Ctx, fixture.JobFromCronJob(created, "nightly-manual"), metav1.CreateOptions{})
