@@ -59,8 +59,11 @@ func TestParseConfigRejectsBadValues(t *testing.T) {
 				"config key gates.metrics.errorRate.sequential.step: 1.5s is not a whole number of seconds, at least 1s"},
 		{"a sequential check's floor of 100%", "gates: {metrics: {errorRate: {mode: sequential, sequential: {floor: 1}}}}\n",
 			"config key gates.metrics.errorRate.sequential.floor: 1 is not a share of requests from 0 up to 1, 1 not included"},
-		{"a sequential check's history shorter than a look", "gates: {metrics: {errorRate: {mode: sequential, sequential: {step: 30s, history: 15s}}}}\n",
-			"config key gates.metrics.errorRate.sequential.history: 15s is not at least the step (30s): the control is read from the looks before the restart"},
+		{"a sequential check's history shorter than a look, and a maximum duration of too many", "gates: {metrics: {errorRate: {mode: sequential, sequential: {step: 1s, history: 500ms, maxDuration: 4h}}}}\n",
+			"config key gates.metrics.errorRate.sequential.history: 500ms is not from one step (1s) to 10999 of them: each run reads it with one range query, and Prometheus answers at most 11000 points\n" +
+				"config key gates.metrics.errorRate.sequential.maxDuration: 4h0m0s is not from one step (1s) to 10999 of them: each run reads it with one range query, and Prometheus answers at most 11000 points"},
+		{"a sequential check's tolerance past a thousand", "gates: {metrics: {latencyP99: {mode: sequential, sequential: {tolerance: 1e308}}}}\n",
+			"config key gates.metrics.latencyP99.sequential.tolerance: 1e+308 is not a number from 0 to 1000"},
 		{"an unknown mode of the latency check", "gates: {metrics: {latencyP99: {mode: quantile}}}\n", `config key gates.metrics.latencyP99.mode: "quantile" is not "threshold" or "sequential"`},
 		{"a zero batch", "batchSize: 0\n", "config key batchSize: 0 is not an integer from 1 to 500"},
 		{"a canary larger than the status lists", "canarySize: 501\n", "config key canarySize: 501 is not an integer from 1 to 500"},

@@ -310,20 +310,24 @@ func (c ModeCheck) validate(key string) []error {
 		if !(q.Alpha > 0 && q.Alpha < 1) {
 			bad(key+"alpha", q.Alpha, "a number between 0 and 1")
 		}
-		if !nonNegative(q.Tolerance) {
-			bad(key+"tolerance", q.Tolerance, "a finite number of zero or more")
+		if !(q.Tolerance >= 0 && q.Tolerance <= sequential.MaxTolerance) {
+			bad(key+"tolerance", q.Tolerance, fmt.Sprintf("a number from 0 to %d", sequential.MaxTolerance))
 		}
 		if !(q.Floor >= 0 && q.Floor < 1) {
 			bad(key+"floor", q.Floor, "a share of requests from 0 up to 1, 1 not included")
 		}
 		step := q.Step.D()
-		switch {
-		case step < time.Second || step%time.Second != 0:
+		if step < time.Second || step%time.Second != 0 {
 			bad(key+"step", step, "a whole number of seconds, at least 1s")
-		case q.History.D() < step:
-			bad(key+"history", q.History.D(), fmt.Sprintf("at least the step (%s): the control is read from the looks before the restart", step))
-		case q.MaxDuration.D() < step:
-			bad(key+"maxDuration", q.MaxDuration.D(), fmt.Sprintf("at least the step (%s)", step))
+			break
+		}
+		for _, d := range []struct {
+			key string
+			d   time.Duration
+		}{{"history", q.History.D()}, {"maxDuration", q.MaxDuration.D()}} {
+			if n := d.d / step; n < 1 || n >= analysis.MaxRangePoints {
+				bad(key+d.key, d.d, fmt.Sprintf("from one step (%s) to %d of them: each run reads it with one range query, and Prometheus answers at most %d points", step, analysis.MaxRangePoints-1, analysis.MaxRangePoints))
+			}
 		}
 	default:
 		bad(key+".mode", strconv.Quote(c.Mode), `"threshold" or "sequential"`)

@@ -501,7 +501,7 @@ func (g *MetricGate) Judge(wave canary.WaveUnderTest, vec model.Vector) canary.V
 }
 
 // rank orders results from the worst.
-var rank = map[canary.Result]int{canary.ResultFail: 0, canary.ResultInconclusive: 1, canary.ResultPass: 2}
+var rank = map[canary.Result]int{canary.ResultFail: 0, canary.ResultInconclusive: 1, canary.ResultPending: 1, canary.ResultPass: 2}
 
 // judgeOne judges one workload. value is the worst value as the status
 // can hold it (JSON has no NaN or infinities: +Inf is the largest float,

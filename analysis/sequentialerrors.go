@@ -2,6 +2,7 @@ package analysis
 
 import (
 	"math"
+	"strings"
 
 	"github.com/meshwave/meshwave/analysis/sequential"
 )
@@ -11,14 +12,13 @@ import (
 type SequentialMeasure interface {
 	// Name is the check's name: the threshold check's it replaces.
 	Name() string
-	// query is the range query of the measure's counters over selector,
-	// summed by the labels of by.
-	query(selector, by string) string
-	// cut reads the looks before the restart (history marks them) once a
-	// run, and returns how that run counts a look for the named
-	// workloads: the requests they served and how many went wrong, with
-	// what the share is called in reasons.
-	cut(inc map[seriesKey][]float64, history []bool, steps int) (func(names map[string]bool) []sequential.Counts, string, error)
+	// query is the range query of the measure's counters over selector.
+	query(selector string) string
+	// prepare reads the history's counters once a run, and returns how
+	// that run counts the looks of the named workloads (the requests they
+	// served and how many went wrong), with what the share is called in
+	// reasons.
+	prepare(history []counter) (count func(cs []counter, names map[string]bool) []sequential.Counts, noun string, err error)
 }
 
 // SequentialErrors counts 5xx answers: the error check.
@@ -27,38 +27,34 @@ type SequentialErrors struct{}
 // Name implements SequentialMeasure.
 func (SequentialErrors) Name() string { return "error-rate" }
 
-// The two counters of SequentialErrors' query.
-const (
-	seriesRequests = "requests"
-	seriesErrors   = "errors"
-)
-
-func (SequentialErrors) query(selector, by string) string {
-	requests := "sum by (" + by + ") (istio_requests_total{" + selector + "})"
-	errs := "sum by (" + by + ") (istio_requests_total{" + selector + `,response_code=~"5.."})`
-	return tag(requests, seriesRequests) + " or " + tag(errs, seriesErrors)
+func (SequentialErrors) query(selector string) string {
+	return "istio_requests_total{" + selector + "}"
 }
 
-func (SequentialErrors) cut(inc map[seriesKey][]float64, _ []bool, steps int) (func(map[string]bool) []sequential.Counts, string, error) {
-	return func(names map[string]bool) []sequential.Counts {
-		return lookCounts(inc, names, steps, seriesRequests, func(kind string) bool { return kind == seriesErrors })
+func (SequentialErrors) prepare([]counter) (func([]counter, map[string]bool) []sequential.Counts, string, error) {
+	return func(cs []counter, names map[string]bool) []sequential.Counts {
+		return lookCounts(cs, names, func(c counter) (served, wrong bool) { return true, strings.HasPrefix(c.code, "5") })
 	}, "error ratio", nil
 }
 
 // lookCounts adds up the counters of the named workloads, look by look:
-// the requests from the counters of kind total, gone wrong from those
-// whose kind wrong accepts.
-func lookCounts(inc map[seriesKey][]float64, names map[string]bool, steps int, total string, wrong func(kind string) bool) []sequential.Counts {
-	out := make([]sequential.Counts, steps)
-	for key, vs := range inc {
-		if !names[key.workload] {
+// each counter that of says was served adds to the requests, each it says
+// went wrong to those gone wrong.
+func lookCounts(cs []counter, names map[string]bool, of func(counter) (served, wrong bool)) []sequential.Counts {
+	var out []sequential.Counts
+	for _, c := range cs {
+		if out == nil {
+			out = make([]sequential.Counts, len(c.looks))
+		}
+		if !names[c.workload] {
 			continue
 		}
-		for k, v := range vs {
-			if key.kind == total {
+		served, wrong := of(c)
+		for k, v := range c.looks {
+			if served {
 				out[k].Requests += v
 			}
-			if wrong(key.kind) {
+			if wrong {
 				out[k].Errors += v
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"regexp"
 	"slices"
@@ -63,13 +64,17 @@ func NewSequentialGate(m SequentialMeasure, t sequential.ErrorTest, q RangeQueri
 	if err := t.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	switch {
-	case step < time.Second || step%time.Second != 0:
+	if step < time.Second || step%time.Second != 0 {
 		errs = append(errs, fmt.Errorf("a step of %s is not a whole number of seconds of at least 1s", step))
-	case history < step:
-		errs = append(errs, fmt.Errorf("a history of %s is shorter than a step of %s: there would be no look before the restart", history, step))
-	case maxDuration < step:
-		errs = append(errs, fmt.Errorf("a maximum duration of %s is shorter than a step of %s: there would be no look", maxDuration, step))
+	} else {
+		for _, d := range []struct {
+			what string
+			d    time.Duration
+		}{{"a history", history}, {"a maximum duration", maxDuration}} {
+			if n := d.d / step; n < 1 || n >= MaxRangePoints {
+				errs = append(errs, fmt.Errorf("%s of %s is not from one step of %s to %d of them (Prometheus answers a range query of at most %d points)", d.what, d.d, step, MaxRangePoints-1, MaxRangePoints))
+			}
+		}
 	}
 	if timeout < 0 {
 		errs = append(errs, fmt.Errorf("a query timeout of %s is negative", timeout))
@@ -89,8 +94,12 @@ func (g *SequentialGate) Due(wave canary.WaveUnderTest, now time.Time) bool {
 	return !wait
 }
 
-// Evaluate implements Gate.
+// Evaluate implements Gate. Until the wave is up (every gate before the
+// metric checks passed) it waits, as a bake time does.
 func (g *SequentialGate) Evaluate(ctx context.Context, wave canary.WaveUnderTest, now time.Time) canary.Verdict {
+	if wave.Analysis.ReadyAt == nil {
+		return canary.Verdict{Result: canary.ResultPending, Analysis: true, Deferred: true, RetryAfter: g.Step, Reason: "waiting for the wave to be up"}
+	}
 	if v, wait := notDue(wave, g.Name(), g.Step, now); wait {
 		v.Analysis = true
 		return v
@@ -103,9 +112,12 @@ func (g *SequentialGate) Evaluate(ctx context.Context, wave canary.WaveUnderTest
 	return v
 }
 
-// Query is the one range query a run sends: per workload and per pod,
-// the counters of the measure. Per pod, so that a pod that goes away and
-// one that starts do not read as a counter reset of their workload.
+// Query is the query a run sends, once over the history and once over
+// the wave's looks: the measure's counters of the wave's workloads and of
+// those not yet moved, every series as Prometheus holds it. Nothing is
+// summed before the increases are taken, so that a series that goes away
+// (a pod, a stat evicted, one of two scrape jobs) never reads as a
+// counter reset of a sum.
 func (g *SequentialGate) Query(wave canary.WaveUnderTest) string {
 	names := slices.Clone(wave.Unmoved)
 	for _, m := range wave.Workloads {
@@ -118,29 +130,48 @@ func (g *SequentialGate) Query(wave canary.WaveUnderTest) string {
 	names = slices.Compact(names)
 	selector := fmt.Sprintf(`reporter="destination",destination_workload_namespace="%s",destination_workload=~"%s"`,
 		promqlString(wave.Namespace), promqlString(strings.Join(names, "|")))
-	return g.Measure.query(selector, "destination_workload, pod, instance")
+	return g.Measure.query(selector)
 }
 
-// looksWindow is where a run reads: the steps from History before the
-// restart to MaxDuration after the wave was up, or now.
-func (g *SequentialGate) window(wave canary.WaveUnderTest, now time.Time) (restart, ready time.Time, r promv1.Range, ok bool) {
-	restart = restartOf(wave)
-	if wave.Analysis.ReadyAt == nil || restart.IsZero() {
-		return restart, ready, r, false
+// MaxRangePoints is the most steps a range query may have: Prometheus refuses
+// more than 11,000.
+const MaxRangePoints = 11000
+
+// ranges are where a run reads, on a grid of Step from the Unix epoch, as
+// query frontends align a range: the history, from History before the
+// restart to the last step at or before it, and the looks, from the first
+// step at or after the wave was up (or restarted, if later) to now, and at
+// most MaxDuration. ok is false while no look is complete.
+func (g *SequentialGate) ranges(restart, ready, now time.Time) (history, looks promv1.Range, ok bool) {
+	down := func(t time.Time) time.Time { return time.Unix(0, t.UnixNano()-mod(t.UnixNano(), int64(g.Step))).UTC() }
+	up := func(t time.Time) time.Time {
+		if d := down(t); d.Before(t) {
+			return d.Add(g.Step)
+		}
+		return t.UTC()
 	}
-	ready = *wave.Analysis.ReadyAt
+	history = promv1.Range{Start: up(restart.Add(-g.History)), End: down(restart), Step: g.Step}
+	if ready.Before(restart) {
+		ready = restart
+	}
 	end := now
 	if last := ready.Add(g.MaxDuration); end.After(last) {
 		end = last
 	}
-	start := restart.Add(-g.History).Truncate(g.Step)
-	return restart, ready, promv1.Range{Start: start, End: end, Step: g.Step}, true
+	looks = promv1.Range{Start: up(ready), End: down(end), Step: g.Step}
+	return history, looks, looks.End.After(looks.Start)
 }
 
+func mod(a, b int64) int64 { return ((a % b) + b) % b }
+
 func (g *SequentialGate) run(ctx context.Context, wave canary.WaveUnderTest, now time.Time) canary.Verdict {
-	restart, ready, r, ok := g.window(wave, now)
+	restart, ready := restartOf(wave), *wave.Analysis.ReadyAt
+	if restart.IsZero() {
+		return canary.Verdict{Result: canary.ResultInconclusive, Reason: "the wave has no restart to measure from"}
+	}
+	hr, lr, ok := g.ranges(restart, ready, now)
 	if !ok {
-		return canary.Verdict{Result: canary.ResultInconclusive, Reason: "the wave has no restart or no time it was up to measure from"}
+		return canary.Verdict{Result: canary.ResultPending, Reason: "waiting for the first look"}
 	}
 	q := g.Query(wave)
 	if g.QueryTimeout > 0 {
@@ -148,6 +179,19 @@ func (g *SequentialGate) run(ctx context.Context, wave canary.WaveUnderTest, now
 		ctx, cancel = context.WithTimeout(ctx, g.QueryTimeout)
 		defer cancel()
 	}
+	var ms [2]model.Matrix
+	for i, r := range []promv1.Range{hr, lr} {
+		m, v := g.query(ctx, q, r)
+		if v != nil {
+			return *v
+		}
+		ms[i] = m
+	}
+	return g.Judge(wave, ms[0], hr, ms[1], lr, ready, now)
+}
+
+// query runs one range query, traced; a verdict when it failed.
+func (g *SequentialGate) query(ctx context.Context, q string, r promv1.Range) (model.Matrix, *canary.Verdict) {
 	ctx, span := trace.SpanFromContext(ctx).TracerProvider().Tracer("github.com/meshwave/meshwave/analysis").
 		Start(ctx, "promql "+g.Name(), trace.WithAttributes(attribute.String("db.query.text", q), attribute.String("meshwave.check", g.Name())))
 	val, warnings, _, err := g.Prometheus.QueryRange(ctx, q, r)
@@ -157,9 +201,9 @@ func (g *SequentialGate) run(ctx context.Context, wave canary.WaveUnderTest, now
 	span.End()
 	switch {
 	case err != nil:
-		return canary.Verdict{Result: canary.ResultInconclusive, Reason: "Prometheus did not answer: " + clip(err.Error())}
+		return nil, &canary.Verdict{Result: canary.ResultInconclusive, Reason: "Prometheus did not answer: " + clip(err.Error())}
 	case len(warnings) > 0:
-		return canary.Verdict{Result: canary.ResultInconclusive, Reason: "Prometheus's answer may be incomplete: " + clipWarnings(warnings)}
+		return nil, &canary.Verdict{Result: canary.ResultInconclusive, Reason: "Prometheus's answer may be incomplete: " + clipWarnings(warnings)}
 	}
 	m, ok := val.(model.Matrix)
 	if !ok {
@@ -167,58 +211,82 @@ func (g *SequentialGate) run(ctx context.Context, wave canary.WaveUnderTest, now
 		if val != nil {
 			kind = "a " + val.Type().String()
 		}
-		return canary.Verdict{Result: canary.ResultInconclusive, Reason: fmt.Sprintf("the query returned %s, not a matrix", kind)}
+		return nil, &canary.Verdict{Result: canary.ResultInconclusive, Reason: fmt.Sprintf("the query returned %s, not a matrix", kind)}
 	}
-	return g.Judge(wave, m, restart, ready, r, now)
+	return m, nil
 }
 
-// seriesKey names one counter of the matrix.
-type seriesKey struct {
-	workload, pod, instance, kind string
+// counter is one series of a matrix, cut into what it counted in each
+// look: look k (1 ≤ k < steps) is the time from step k-1 to step k.
+type counter struct {
+	workload, caller string
+	// code and le are the series' response code and histogram bound.
+	code, le string
+	looks    []float64
 }
 
-// increases cuts each counter of the matrix into what it counted in each
-// look: look k (1 ≤ k < steps) is the time from step k-1 to step k. A
-// counter that went down was reset, and counted its new value. A
-// counter's first sample counts nothing: whether it began then (a new
-// pod) or long before (Prometheus's data starting mid-range, a scrape
-// that failed for a while) cannot be told, and counting its whole value
-// in one look would invent a burst. A new pod's first scrape of requests
-// is lost to both arms. Samples off the steps are ignored.
-func increases(m model.Matrix, start time.Time, step time.Duration, steps int) map[seriesKey][]float64 {
-	out := map[seriesKey][]float64{}
+// increases cuts each series of the matrix into looks. A sample is put at
+// the step nearest its time. A counter that went down was reset, and
+// counted its new value. A counter's first sample counts nothing: whether
+// it began then (a new pod) or long before (Prometheus's data starting
+// inside the range, a scrape that failed for a while) cannot be told, and
+// counting its whole value in one look would invent a burst; a new pod's
+// first scrape of requests is lost to both arms.
+func increases(m model.Matrix, r promv1.Range) []counter {
+	steps := int(r.End.Sub(r.Start)/r.Step) + 1
+	var out []counter
 	for _, s := range m {
 		if s == nil {
 			continue
 		}
-		kind := string(s.Metric[seriesLabel])
-		if le, ok := s.Metric["le"]; ok {
-			kind = string(le)
-		}
-		key := seriesKey{string(s.Metric["destination_workload"]), string(s.Metric["pod"]), string(s.Metric["instance"]), kind}
-		inc := out[key]
-		if inc == nil {
-			inc = make([]float64, steps)
-			out[key] = inc
-		}
+		c := counter{workload: string(s.Metric["destination_workload"]), caller: string(s.Metric["source_workload"]),
+			code: string(s.Metric["response_code"]), le: string(s.Metric["le"]), looks: make([]float64, steps)}
 		last, seen := 0.0, false
 		for _, p := range s.Values {
-			d := p.Timestamp.Time().Sub(start)
-			if d < 0 || d%step != 0 {
-				continue
-			}
-			k := int(d / step)
+			k := int(math.Round(float64(p.Timestamp.Time().Sub(r.Start)) / float64(r.Step)))
 			v := float64(p.Value)
-			if k >= steps || math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+			if k < 0 || k >= steps || math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
 				continue
 			}
 			switch {
 			case seen && v >= last:
-				inc[k] += v - last
+				c.looks[k] += v - last
 			case seen:
-				inc[k] += v
+				c.looks[k] += v
 			}
 			last, seen = v, true
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// callers are the workloads that, directly or through others, call one of
+// the named ones, as the series' source_workload labels say. A caller
+// inherits the errors of what it calls: it cannot be the control of a
+// workload it calls.
+func callers(counters [][]counter, of map[string]bool) map[string]bool {
+	calls := map[string]map[string]bool{} // callee -> callers
+	for _, cs := range counters {
+		for _, c := range cs {
+			if c.caller != "" && c.caller != c.workload {
+				if calls[c.workload] == nil {
+					calls[c.workload] = map[string]bool{}
+				}
+				calls[c.workload][c.caller] = true
+			}
+		}
+	}
+	out := map[string]bool{}
+	queue := slices.Sorted(maps.Keys(of))
+	for len(queue) > 0 {
+		w := queue[0]
+		queue = queue[1:]
+		for c := range calls[w] {
+			if !out[c] && !of[c] {
+				out[c] = true
+				queue = append(queue, c)
+			}
 		}
 	}
 	return out
@@ -240,49 +308,50 @@ type workloadEvidence struct {
 	err                 error
 }
 
-// Judge replays the looks of the matrix, a range query over r, for each
-// of the wave's workloads, and gives the wave's verdict: a fail when any
-// workload failed, a final pass when every one passed, Inconclusive once
-// MaxDuration is over with neither, and Pending before.
-func (g *SequentialGate) Judge(wave canary.WaveUnderTest, m model.Matrix, restart, ready time.Time, r promv1.Range, now time.Time) canary.Verdict {
-	steps := int(r.End.Sub(r.Start)/r.Step) + 1
-	inc := increases(m, r.Start, r.Step, steps)
-	history := make([]bool, steps)
-	for k := 1; k < steps; k++ {
-		history[k] = !r.Start.Add(time.Duration(k) * r.Step).After(restart)
-	}
-	cut, noun, err := g.Measure.cut(inc, history, steps)
+// Judge replays, for each of the wave's workloads, the looks of the
+// history's matrix and then of the looks' matrix (range queries over hr
+// and lr), and gives the wave's verdict: a fail when any workload failed,
+// a final pass when every one passed, Inconclusive once MaxDuration is
+// over with neither, and Pending before. The control is the workloads not
+// yet moved that do not call one of the wave's, directly or not.
+func (g *SequentialGate) Judge(wave canary.WaveUnderTest, hm model.Matrix, hr promv1.Range, lm model.Matrix, lr promv1.Range, ready, now time.Time) canary.Verdict {
+	hist, looks := increases(hm, hr), increases(lm, lr)
+	count, noun, err := g.Measure.prepare(hist)
 	if err != nil {
 		return canary.Verdict{Result: canary.ResultInconclusive, Reason: err.Error()}
 	}
+	members := map[string]bool{}
+	for _, w := range wave.Workloads {
+		members[w.ObjectName()] = true
+	}
+	calling := callers([][]counter{hist, looks}, members)
 	others := map[string]bool{}
 	for _, n := range wave.Unmoved {
-		others[n] = true
+		if !calling[n] {
+			others[n] = true
+		}
 	}
-	control := cut(others)
+	histControl, lookControl := count(hist, others), count(looks, others)
 	test := g.Test.Split(len(wave.Workloads))
 	var results []workloadEvidence
 	for _, w := range wave.Workloads {
-		treatment := cut(map[string]bool{w.ObjectName(): true})
-		ev := g.replay(test, w.Name, treatment, control, r, restart, ready)
+		me := map[string]bool{w.ObjectName(): true}
+		ev := g.replay(test, w.Name, count(hist, me), histControl, count(looks, me), lookControl)
 		ev.noun = noun
 		results = append(results, ev)
 	}
 	return g.verdict(wave, results, test, ready, now)
 }
 
-// replay runs one workload's test over the looks: those that ended by the
-// restart are its history, those that began once the wave was up its
-// looks; the ones between (the rollout) count for neither.
-func (g *SequentialGate) replay(test sequential.ErrorTest, name string, treatment, control []sequential.Counts, r promv1.Range, restart, ready time.Time) workloadEvidence {
+// replay runs one workload's test: the history's looks, then the wave's.
+// The first step of each range is its baseline and counts nothing.
+func (g *SequentialGate) replay(test sequential.ErrorTest, name string, histT, histC, lookT, lookC []sequential.Counts) workloadEvidence {
 	out := workloadEvidence{name: name}
 	var history []sequential.Look
-	for k := 1; k < len(treatment); k++ {
-		if end := r.Start.Add(time.Duration(k) * r.Step); !end.After(restart) {
-			history = append(history, sequential.Look{Treatment: treatment[k], Control: control[k]})
-			out.before = out.before.Add(treatment[k])
-			out.others = out.others.Add(control[k])
-		}
+	for k := 1; k < len(histT); k++ {
+		history = append(history, sequential.Look{Treatment: histT[k], Control: histC[k]})
+		out.before = out.before.Add(histT[k])
+		out.others = out.others.Add(histC[k])
 	}
 	e, err := test.StartAgainstHistory(history)
 	if err != nil {
@@ -290,11 +359,8 @@ func (g *SequentialGate) replay(test sequential.ErrorTest, name string, treatmen
 		return out
 	}
 	out.control = e.Control()
-	for k := 1; k < len(treatment); k++ {
-		if begin := r.Start.Add(time.Duration(k-1) * r.Step); begin.Before(ready) {
-			continue
-		}
-		if err := e.Observe(sequential.Look{Treatment: treatment[k], Control: control[k]}); err != nil {
+	for k := 1; k < len(lookT); k++ {
+		if err := e.Observe(sequential.Look{Treatment: lookT[k], Control: lookC[k]}); err != nil {
 			out.err = err
 			return out
 		}

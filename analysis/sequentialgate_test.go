@@ -43,10 +43,11 @@ func newSequentialGate(t *testing.T, q RangeQuerier) *SequentialGate {
 	return g
 }
 
-// counter is one pod's counter of one kind, sampled at every step from
-// start: values[k] at start + k·step; NaN leaves a step out.
-func counter(workload, pod, kind string, start time.Time, values ...float64) *model.SampleStream {
-	s := &model.SampleStream{Metric: model.Metric{"destination_workload": model.LabelValue(workload), "pod": model.LabelValue(pod), seriesLabel: model.LabelValue(kind)}}
+// sampled is one pod's counter of one response code, sampled at every
+// step from start: values[k] at start + k·step; NaN leaves a step out.
+func sampled(workload, pod, code string, start time.Time, values ...float64) *model.SampleStream {
+	s := &model.SampleStream{Metric: model.Metric{"__name__": "istio_requests_total", "destination_workload": model.LabelValue(workload), "pod": model.LabelValue(pod),
+		"response_code": model.LabelValue(code), "source_workload": "loadgenerator"}}
 	for k, v := range values {
 		if math.IsNaN(v) {
 			continue
@@ -60,11 +61,7 @@ func TestTheSequentialQueryCountsEachPodsRequestsAndErrorsOfTheWaveAndItsControl
 	w := wave(member("reviews.v1", pod("reviews-1", "1-26")))
 	w.Unmoved = []string{"ratings", "details"}
 	g := newSequentialGate(t, nil)
-	sel := `reporter="destination",destination_workload_namespace="shop",destination_workload=~"details|ratings|reviews\\.v1"`
-	assert.Equal(t,
-		`label_replace(sum by (destination_workload, pod, instance) (istio_requests_total{`+sel+`}), "meshwave_series", "requests", "", "")`+
-			` or label_replace(sum by (destination_workload, pod, instance) (istio_requests_total{`+sel+`,response_code=~"5.."}), "meshwave_series", "errors", "", "")`,
-		g.Query(w))
+	assert.Equal(t, `istio_requests_total{reporter="destination",destination_workload_namespace="shop",destination_workload=~"details|ratings|reviews\\.v1"}`, g.Query(w))
 }
 
 func TestCountersAreCutIntoLooksAcrossResetsAndNewPods(t *testing.T) {
@@ -72,18 +69,24 @@ func TestCountersAreCutIntoLooksAcrossResetsAndNewPods(t *testing.T) {
 	nan := math.NaN()
 	m := model.Matrix{
 		// 10 then 5 a look; a reset at step 3 counts its new value.
-		counter("a", "a-1", seriesRequests, start, 100, 110, 115, 4, 9),
+		sampled("a", "a-1", "200", start, 100, 110, 115, 4, 9),
 		// A counter's first sample is its baseline, wherever it comes.
-		counter("a", "a-2", seriesRequests, start, nan, nan, 7, 17, 27),
+		sampled("a", "a-2", "503", start, nan, nan, 7, 17, 27),
 		// A missed scrape: the next sample counts the whole increase.
-		counter("a", "a-3", seriesRequests, start, 0, 1, nan, 5, 6),
+		sampled("a", "a-3", "200", start, 0, 1, nan, 5, 6),
 	}
-	inc := increases(m, start, 15*time.Second, 5)
-	assert.Equal(t, []float64{0, 10, 5, 4, 5}, inc[seriesKey{"a", "a-1", "", seriesRequests}])
-	assert.Equal(t, []float64{0, 0, 0, 10, 10}, inc[seriesKey{"a", "a-2", "", seriesRequests}])
-	assert.Equal(t, []float64{0, 1, 0, 4, 1}, inc[seriesKey{"a", "a-3", "", seriesRequests}])
-	looks := lookCounts(inc, map[string]bool{"a": true}, 5, seriesRequests, func(kind string) bool { return kind == seriesErrors })
-	assert.Equal(t, []sequential.Counts{{}, {Requests: 11}, {Requests: 5}, {Requests: 18}, {Requests: 16}}, looks)
+	// A sample a second off the grid (a query frontend's own alignment)
+	// is put at the nearest step.
+	m[2].Values[3].Timestamp = m[2].Values[3].Timestamp.Add(time.Second)
+	cs := increases(m, promv1.Range{Start: start, End: start.Add(4 * 15 * time.Second), Step: 15 * time.Second})
+	require.Len(t, cs, 3)
+	assert.Equal(t, []float64{0, 10, 5, 4, 5}, cs[0].looks)
+	assert.Equal(t, []float64{0, 0, 0, 10, 10}, cs[1].looks)
+	assert.Equal(t, []float64{0, 1, 0, 4, 1}, cs[2].looks)
+	looks, _, err := SequentialErrors{}.prepare(nil)
+	require.NoError(t, err)
+	assert.Equal(t, []sequential.Counts{{}, {Requests: 11}, {Requests: 5}, {Requests: 18, Errors: 10}, {Requests: 16, Errors: 10}},
+		looks(cs, map[string]bool{"a": true}))
 }
 
 // world builds a matrix from History before the restart to steps after
@@ -93,23 +96,21 @@ func TestCountersAreCutIntoLooksAcrossResetsAndNewPods(t *testing.T) {
 func world(restart time.Time, after int, req, errBefore, errAfter float64) (model.Matrix, promv1.Range) {
 	start := restart.Add(-10 * time.Minute)
 	steps := 40 + after + 1
-	var treq, terr, creq, cerr []float64
-	tr, te := 0.0, 0.0
+	var tok, terr, cok []float64
+	ok, bad := 0.0, 0.0
 	for k := range steps {
-		treq, creq, cerr = append(treq, tr), append(creq, float64(k)*req), append(cerr, 0)
-		terr = append(terr, te)
-		tr += req
-		if k < 40 {
-			te += errBefore * req
-		} else {
-			te += errAfter * req
+		tok, terr, cok = append(tok, ok), append(terr, bad), append(cok, float64(k)*req)
+		e := errBefore
+		if k >= 40 {
+			e = errAfter
 		}
+		ok += req * (1 - e)
+		bad += req * e
 	}
 	m := model.Matrix{
-		counter("reviews", "reviews-1", seriesRequests, start, treq...),
-		counter("reviews", "reviews-1", seriesErrors, start, terr...),
-		counter("ratings", "ratings-1", seriesRequests, start, creq...),
-		counter("ratings", "ratings-1", seriesErrors, start, cerr...),
+		sampled("reviews", "reviews-1", "200", start, tok...),
+		sampled("reviews", "reviews-1", "503", start, terr...),
+		sampled("ratings", "ratings-1", "200", start, cok...),
 	}
 	return m, promv1.Range{Start: start, End: start.Add(time.Duration(steps-1) * 15 * time.Second), Step: 15 * time.Second}
 }
@@ -139,7 +140,8 @@ func TestAWorkloadServingThirtyPercentErrorsFailsWithTheEvidenceInItsReason(t *t
 	require.Len(t, v.Measurements, 1)
 	assert.Equal(t, canary.Measurement{Check: "error-rate", Workload: "reviews", Value: 0.3, Baseline: ptr(0.0), Evidence: v.Measurements[0].Evidence,
 		EvidenceBound: ptr(40.0), Control: "its own error ratio before the restart", Result: canary.ResultFail}, v.Measurements[0])
-	assert.Equal(t, []promv1.Range{{Start: t0.Add(-10 * time.Minute), End: now, Step: 15 * time.Second}}, prom.ranges)
+	assert.Equal(t, []promv1.Range{{Start: t0.Add(-10 * time.Minute), End: t0, Step: 15 * time.Second}, {Start: t0, End: now, Step: 15 * time.Second}}, prom.ranges,
+		"the history, then the looks")
 }
 
 func TestAHealthyWorkloadPassesOnItsFloorAsSoonAsItsRequestsShowIt(t *testing.T) {
@@ -165,7 +167,7 @@ func TestAQuietWorkloadGathersEvidenceThenIsInconclusiveAtTheMaximumDuration(t *
 	assert.Equal(t, canary.ResultInconclusive, v.Result)
 	assert.False(t, v.Final)
 	assert.Equal(t, "no verdict 15m0s after the wave was up: reviews: error ratio 0.00% (0/60) against 0.00% (0/40) before the restart; control: its own error ratio before the restart; evidence 1 of 40", v.Reason)
-	assert.Equal(t, t0.Add(15*time.Minute), prom.ranges[1].End, "no look past the maximum duration")
+	assert.Equal(t, t0.Add(15*time.Minute), prom.ranges[3].End, "no look past the maximum duration")
 }
 
 func TestPrometheusTroubleIsInconclusive(t *testing.T) {
@@ -181,7 +183,8 @@ func TestPrometheusTroubleIsInconclusive(t *testing.T) {
 		assert.Equal(t, c.want, v.Reason)
 	}
 	v := newSequentialGate(t, &rangeProm{}).Evaluate(context.Background(), wave(member("reviews")), t0.Add(2*time.Minute))
-	assert.Equal(t, "the wave has no restart or no time it was up to measure from", v.Reason)
+	assert.Equal(t, canary.Verdict{Result: canary.ResultPending, Analysis: true, Deferred: true, RetryAfter: 15 * time.Second, Reason: "waiting for the wave to be up"}, v,
+		"before the wave is up the check waits, as a bake time does: it is not an inconclusive run")
 }
 
 func TestSequentialSettingsThatCannotWorkAreRefused(t *testing.T) {
@@ -189,6 +192,93 @@ func TestSequentialSettingsThatCannotWorkAreRefused(t *testing.T) {
 	assert.EqualError(t, err, "check error-rate: alpha 2 is not between 0 and 1\n"+
 		"a step of 1.5s is not a whole number of seconds of at least 1s\n"+
 		"a query timeout of -1s is negative")
-	_, err = NewSequentialGate(SequentialErrors{}, defaultSequential, nil, 15*time.Second, 10*time.Second, time.Hour, 0)
-	assert.EqualError(t, err, "check error-rate: a history of 10s is shorter than a step of 15s: there would be no look before the restart")
+	_, err = NewSequentialGate(SequentialErrors{}, defaultSequential, nil, 15*time.Second, 10*time.Second, 50*time.Hour, 0)
+	assert.EqualError(t, err, "check error-rate: a history of 10s is not from one step of 15s to 10999 of them (Prometheus answers a range query of at most 11000 points)\n"+
+		"a maximum duration of 50h0m0s is not from one step of 15s to 10999 of them (Prometheus answers a range query of at most 11000 points)")
+}
+
+// cumulative is a counter that adds before a look up to look 40 (the
+// restart, 10 minutes after start) and after a look from then on.
+func cumulative(steps int, before, after float64) []float64 {
+	out := make([]float64, steps)
+	for k := 1; k < steps; k++ {
+		add := after
+		if k <= 40 {
+			add = before
+		}
+		out[k] = out[k-1] + add
+	}
+	return out
+}
+
+// productpage calls reviews once a request; both served 1% errors before
+// the restart. Reviews' new revision fails 30% of its requests, and
+// productpage answers those with 5xx in turn. A caller inherits what it
+// calls: it is not reviews' control, and reviews, held to its own past,
+// fails rather than passing on a split that did not move.
+func TestACallerOfTheMovedWorkloadIsNotItsControl(t *testing.T) {
+	start, steps := t0.Add(-10*time.Minute), 40+4+1
+	caller := func(s *model.SampleStream) *model.SampleStream { s.Metric["source_workload"] = "productpage"; return s }
+	m := model.Matrix{
+		caller(sampled("reviews", "reviews-1", "200", start, cumulative(steps, 2970, 2100)...)),
+		caller(sampled("reviews", "reviews-1", "503", start, cumulative(steps, 30, 900)...)),
+		sampled("productpage", "productpage-1", "200", start, cumulative(steps, 2970, 2080)...),
+		sampled("productpage", "productpage-1", "503", start, cumulative(steps, 30, 920)...),
+	}
+	w := movedWave(t0)
+	w.Unmoved = []string{"productpage"}
+	v := newSequentialGate(t, &rangeProm{matrix: m}).Evaluate(context.Background(), w, start.Add(time.Duration(steps-1)*15*time.Second))
+	assert.Equal(t, canary.ResultFail, v.Result, v.Reason)
+	assert.Contains(t, v.Reason, "control: its own error ratio before the restart")
+}
+
+// One of ratings' series leaves Prometheus mid-history (a stat evicted,
+// one of two scrape jobs failing). Taken series by series, nothing reads
+// as a counter reset, and reviews, unchanged like every workload, is not
+// failed.
+func TestASeriesThatLeavesDoesNotReadAsAResetOfItsWorkload(t *testing.T) {
+	start, steps := t0.Add(-10*time.Minute), 40+8+1
+	gone := sampled("ratings", "ratings-1", "500", start, cumulative(steps, 30, 30)...)
+	gone.Values = gone.Values[:20]
+	m := model.Matrix{
+		sampled("reviews", "reviews-1", "200", start, cumulative(steps, 2970, 2970)...),
+		sampled("reviews", "reviews-1", "503", start, cumulative(steps, 30, 30)...),
+		sampled("ratings", "ratings-1", "200", start, cumulative(steps, 2970, 2970)...),
+		sampled("ratings", "ratings-1", "503", start, cumulative(steps, 30, 30)...),
+		gone,
+	}
+	v := newSequentialGate(t, &rangeProm{matrix: m}).Evaluate(context.Background(), movedWave(t0), start.Add(time.Duration(steps-1)*15*time.Second))
+	assert.NotEqual(t, canary.ResultFail, v.Result, v.Reason)
+}
+
+// The ranges are on a grid of the step from the Unix epoch, as a query
+// frontend aligns them, whatever the step; the looks begin once the wave
+// is up, and never before its restart.
+func TestTheRangesAreOnTheEpochsGridAndTheLooksNeverBeforeTheRestart(t *testing.T) {
+	g, err := NewSequentialGate(SequentialErrors{}, defaultSequential, nil, 7*time.Second, 10*time.Minute, 15*time.Minute, 0)
+	require.NoError(t, err)
+	restart := time.Unix(1_800_000_003, 0).UTC()
+	h, l, ok := g.ranges(restart, restart.Add(20*time.Second), restart.Add(time.Minute))
+	require.True(t, ok)
+	for _, at := range []time.Time{h.Start, h.End, l.Start, l.End} {
+		assert.Zero(t, at.Unix()%7, "%s is on the grid", at)
+	}
+	assert.Equal(t, time.Unix(1_800_000_003-600+1, 0).UTC(), h.Start, "the first step in the history")
+	assert.Equal(t, time.Unix(1_799_999_999, 0).UTC(), h.End, "the last step at or before the restart")
+	assert.Equal(t, time.Unix(1_800_000_027, 0).UTC(), l.Start, "the first step once the wave is up")
+
+	_, l, _ = g.ranges(restart, restart.Add(-time.Hour), restart.Add(time.Minute))
+	assert.Equal(t, time.Unix(1_800_000_006, 0).UTC(), l.Start, "a wave up before its restart is read from its restart")
+}
+
+// Five members gathering evidence are listed before the one that failed:
+// the failure's measurement comes first, and so survives the status's
+// trimming.
+func TestAFailedWorkloadsMeasurementComesFirst(t *testing.T) {
+	pending := workloadEvidence{name: "a", noun: "error ratio", decision: sequential.Continue}
+	failed := workloadEvidence{name: "f", noun: "error ratio", decision: sequential.Fail}
+	g := newSequentialGate(t, nil)
+	v := g.verdict(wave(), []workloadEvidence{pending, pending, pending, pending, pending, failed}, defaultSequential, t0, t0.Add(time.Minute))
+	require.Equal(t, canary.ResultFail, v.Result)
+	assert.Equal(t, "f", v.Measurements[0].Workload)
 }

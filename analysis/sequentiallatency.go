@@ -1,6 +1,7 @@
 package analysis
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -25,22 +26,20 @@ type SequentialLatency struct {
 // Name implements SequentialMeasure.
 func (SequentialLatency) Name() string { return "latency-p99" }
 
-func (SequentialLatency) query(selector, by string) string {
-	return "sum by (" + by + ", le) (istio_request_duration_milliseconds_bucket{" + selector + "})"
+func (SequentialLatency) query(selector string) string {
+	return "istio_request_duration_milliseconds_bucket{" + selector + "}"
 }
 
 // infBucket is the histogram's last bucket: every request.
 const infBucket = "+Inf"
 
-func (l SequentialLatency) cut(inc map[seriesKey][]float64, history []bool, steps int) (func(map[string]bool) []sequential.Counts, string, error) {
+func (l SequentialLatency) prepare(history []counter) (func([]counter, map[string]bool) []sequential.Counts, string, error) {
 	// Each bucket's count over the history, every workload of the query
 	// together.
 	seen := map[string]float64{}
-	for key, vs := range inc {
-		for k, v := range vs {
-			if history[k] {
-				seen[key.kind] += v
-			}
+	for _, c := range history {
+		for _, v := range c.looks {
+			seen[c.le] += v
 		}
 	}
 	total := seen[infBucket]
@@ -61,15 +60,7 @@ func (l SequentialLatency) cut(inc map[seriesKey][]float64, history []bool, step
 	if len(bounds) == 0 {
 		return nil, "", errors.New("the request-duration histogram has no finite bucket")
 	}
-	slices.SortFunc(bounds, func(a, b bound) int {
-		if a.ms < b.ms {
-			return -1
-		}
-		if a.ms > b.ms {
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(bounds, func(a, b bound) int { return cmp.Compare(a.ms, b.ms) })
 	at := bounds[len(bounds)-1]
 	for _, b := range bounds {
 		if total-seen[b.text] <= (1-l.Quantile)*total {
@@ -77,10 +68,10 @@ func (l SequentialLatency) cut(inc map[seriesKey][]float64, history []bool, step
 			break
 		}
 	}
-	return func(names map[string]bool) []sequential.Counts {
+	return func(cs []counter, names map[string]bool) []sequential.Counts {
 		// Slower than the bound: every request less those in its bucket.
-		all := lookCounts(inc, names, steps, infBucket, func(string) bool { return false })
-		fast := lookCounts(inc, names, steps, at.text, func(string) bool { return false })
+		all := lookCounts(cs, names, func(c counter) (bool, bool) { return c.le == infBucket, false })
+		fast := lookCounts(cs, names, func(c counter) (bool, bool) { return c.le == at.text, false })
 		for k := range all {
 			all[k].Errors = math.Max(0, all[k].Requests-fast[k].Requests)
 		}

@@ -41,8 +41,8 @@ func latencyWorld(restart time.Time, after int, fastAfter float64) (model.Matrix
 				}
 				v += add
 			}
-			s := counter(w, w+"-1", "", start, vs...)
-			delete(s.Metric, seriesLabel)
+			s := sampled(w, w+"-1", "200", start, vs...)
+			s.Metric["__name__"] = "istio_request_duration_milliseconds_bucket"
 			s.Metric["le"] = model.LabelValue(le)
 			m = append(m, s)
 		}
@@ -59,7 +59,7 @@ func newLatencyGate(t *testing.T, q RangeQuerier) *SequentialGate {
 
 func TestTheSequentialLatencyQueryCountsEachPodsHistogramBuckets(t *testing.T) {
 	w := movedWave(t0)
-	assert.Equal(t, `sum by (destination_workload, pod, instance, le) (istio_request_duration_milliseconds_bucket{reporter="destination",destination_workload_namespace="shop",destination_workload=~"ratings|reviews"})`,
+	assert.Equal(t, `istio_request_duration_milliseconds_bucket{reporter="destination",destination_workload_namespace="shop",destination_workload=~"ratings|reviews"}`,
 		newLatencyGate(t, nil).Query(w))
 }
 

@@ -22,14 +22,18 @@ type ErrorTest struct {
 	Floor float64
 }
 
+// MaxTolerance is the largest tolerance: a thousand times the control's
+// ratio is already no test, and far larger ones overflow the bets.
+const MaxTolerance = 1000
+
 // Validate reports a setting the test cannot run with.
 func (t ErrorTest) Validate() error {
 	var errs []error
 	if !(t.Alpha > 0 && t.Alpha < 1) {
 		errs = append(errs, fmt.Errorf("alpha %g is not between 0 and 1", t.Alpha))
 	}
-	if !finiteNonNegative(t.Tolerance) {
-		errs = append(errs, fmt.Errorf("tolerance %g is not a finite number of zero or more", t.Tolerance))
+	if !(t.Tolerance >= 0 && t.Tolerance <= MaxTolerance) {
+		errs = append(errs, fmt.Errorf("tolerance %g is not a number from 0 to %d", t.Tolerance, MaxTolerance))
 	}
 	if !(t.Floor >= 0 && t.Floor < 1) {
 		errs = append(errs, fmt.Errorf("floor %g is not an error ratio from 0 up to, not including, 1", t.Floor))

@@ -26,8 +26,9 @@ func TestATestThatCannotRunIsRefusedWithTheValueAndWhatWasExpected(t *testing.T)
 		{ErrorTest{Alpha: 0, Tolerance: 0.2}, "alpha 0 is not between 0 and 1"},
 		{ErrorTest{Alpha: 1, Tolerance: 0.2}, "alpha 1 is not between 0 and 1"},
 		{ErrorTest{Alpha: math.NaN()}, "alpha NaN is not between 0 and 1"},
-		{ErrorTest{Alpha: 0.05, Tolerance: -0.1}, "tolerance -0.1 is not a finite number of zero or more"},
-		{ErrorTest{Alpha: 0.05, Tolerance: math.Inf(1)}, "tolerance +Inf is not a finite number of zero or more"},
+		{ErrorTest{Alpha: 0.05, Tolerance: -0.1}, "tolerance -0.1 is not a number from 0 to 1000"},
+		{ErrorTest{Alpha: 0.05, Tolerance: math.Inf(1)}, "tolerance +Inf is not a number from 0 to 1000"},
+		{ErrorTest{Alpha: 0.05, Tolerance: 1e308}, "tolerance 1e+308 is not a number from 0 to 1000"},
 		{ErrorTest{Alpha: 0.05, Floor: 1}, "floor 1 is not an error ratio from 0 up to, not including, 1"},
 		{ErrorTest{Alpha: 0.05, Floor: -0.01}, "floor -0.01 is not an error ratio from 0 up to, not including, 1"},
 	} {

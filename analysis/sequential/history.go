@@ -108,10 +108,12 @@ func invert(excluded func(logRho float64) bool, up bool) float64 {
 // (upper false) or P(S ≥ s) (upper true), S the treatment's errors summed
 // over the looks, each look's binomial in its errors.
 func chernoff(looks []Look, s, logRho float64, upper bool) float64 {
-	theta := make([]float64, len(looks))
+	// Each look's log-odds of an error falling on the treatment at ρ:
+	// θ = σ(z0). Worked in log-odds, θ never rounds to 1 when the control
+	// served a sliver of the treatment's requests.
+	z0 := make([]float64, len(looks))
 	for i, l := range looks {
-		r := math.Exp(logRho) * l.Treatment.Requests
-		theta[i] = r / (r + l.Control.Requests)
+		z0[i] = logRho + math.Log(l.Treatment.Requests) - math.Log(l.Control.Requests)
 	}
 	sign := -1.0
 	if upper {
@@ -119,17 +121,19 @@ func chernoff(looks []Look, s, logRho float64, upper bool) float64 {
 	}
 	// g(λ) = -sign·λ·s + Σ k log(1 - θ + θ e^{sign·λ}) is convex in λ;
 	// its least value over λ ≥ 0 bounds the log of the tail. Any λ gives a
-	// bound, so stopping Newton's method early only widens it.
+	// bound, so stopping Newton's method early only widens it. With
+	// z = z0 + sign·λ, each look's term is softplus(z) - softplus(z0), and
+	// the tilted share q = σ(z).
 	g := func(lambda float64) (v, d1, d2 float64) {
 		v = -sign * lambda * s
 		d1 = -sign * s
-		e := math.Exp(sign * lambda)
 		for i, l := range looks {
 			k := l.Treatment.Errors + l.Control.Errors
-			q := theta[i] * e / (1 - theta[i] + theta[i]*e) // the tilted share
-			v += k * math.Log1p(theta[i]*(e-1))
+			z := z0[i] + sign*lambda
+			q, notQ := sigmoid(z), sigmoid(-z)
+			v += k * (softplus(z) - softplus(z0[i]))
 			d1 += k * sign * q
-			d2 += k * q * (1 - q)
+			d2 += k * q * notQ
 		}
 		return v, d1, d2
 	}
@@ -155,4 +159,17 @@ func chernoff(looks []Look, s, logRho float64, upper bool) float64 {
 		lambda = next
 	}
 	return best
+}
+
+func sigmoid(z float64) float64 {
+	if z >= 0 {
+		return 1 / (1 + math.Exp(-z))
+	}
+	e := math.Exp(z)
+	return e / (1 + e)
+}
+
+// softplus is log(1 + e^z), without overflow.
+func softplus(z float64) float64 {
+	return math.Max(z, 0) + math.Log1p(math.Exp(-math.Abs(z)))
 }

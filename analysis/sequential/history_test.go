@@ -157,3 +157,33 @@ func TestAWorkloadWhoseNamespaceHadNoErrorsIsHeldToItsPastAndFailsOnThirtyPercen
 		}
 	}
 }
+
+// A control that served a sliver of the treatment's requests still bounds
+// the split when it had errors: the bound is worked in log-odds, where the
+// treatment's share of an error never rounds to 1.
+func TestTheSplitsUpperBoundHoldsWhenTheControlServedASliver(t *testing.T) {
+	history := func(controlShare float64) []Look {
+		var looks []Look
+		for i := range 40 {
+			ce := 0.0
+			if i%10 < 3 {
+				ce = 1
+			}
+			looks = append(looks, Look{Treatment: Counts{15000, 75}, Control: Counts{15000 * controlShare, ce}})
+		}
+		return looks
+	}
+	for _, share := range []float64{1e-2, 1e-3, 1e-6} {
+		hi := ratioUpper(history(share), 0.0125)
+		assert.False(t, math.IsInf(hi, 1), "control share %g: upper bound %g", share, hi)
+	}
+	e, err := ErrorTest{Alpha: 0.05, Tolerance: 0.2, Floor: 0.001}.StartAgainstHistory(history(1e-3))
+	require.NoError(t, err)
+	assert.Equal(t, Others, e.Control(), "the other workload had 12 errors before the restart")
+	// Every workload's errors rise fourfold: against the others this
+	// cancels.
+	for range 20 {
+		require.NoError(t, e.Observe(Look{Treatment: Counts{15000, 300}, Control: Counts{15, 1}}))
+	}
+	assert.NotEqual(t, Fail, e.Decision())
+}
