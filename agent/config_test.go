@@ -55,13 +55,13 @@ func TestParseConfigRejectsBadValues(t *testing.T) {
 			"config key gates.metrics.bakeTime: 30s is not at least gates.metrics.window (1m0s): the first rates would reach back before the wave was up and mix in the old revision's traffic"},
 		{"an unknown mode of the error check", "gates: {metrics: {errorRate: {mode: bayes}}}\n", `config key gates.metrics.errorRate.mode: "bayes" is not "threshold" or "sequential"`},
 		{"a sequential check's alpha and step that cannot work", "gates: {metrics: {errorRate: {mode: sequential, sequential: {alpha: 0, step: 1500ms}}}}\n",
-			"config key gates.metrics.errorRate.sequential.alpha: 0 is not a number between 0 and 1\n" +
+			"config key gates.metrics.errorRate.sequential.alpha: 0 is not a number from 1e-06 up to 1, 1 not included\n" +
 				"config key gates.metrics.errorRate.sequential.step: 1.5s is not a whole number of seconds, at least 1s"},
 		{"a sequential check's floor of 100%", "gates: {metrics: {errorRate: {mode: sequential, sequential: {floor: 1}}}}\n",
 			"config key gates.metrics.errorRate.sequential.floor: 1 is not a share of requests from 0 up to 1, 1 not included"},
 		{"a sequential check's history shorter than a look, and a maximum duration of too many", "gates: {metrics: {errorRate: {mode: sequential, sequential: {step: 1s, history: 500ms, maxDuration: 4h}}}}\n",
-			"config key gates.metrics.errorRate.sequential.history: 500ms is not from one step (1s) to 10999 of them: each run reads it with one range query, and Prometheus answers at most 11000 points\n" +
-				"config key gates.metrics.errorRate.sequential.maxDuration: 4h0m0s is not from one step (1s) to 10999 of them: each run reads it with one range query, and Prometheus answers at most 11000 points"},
+			"config key gates.metrics.errorRate.sequential.history: 500ms is not from two steps (1s) to 10999 of them: a look is a whole step on the epoch's grid, and each run reads it with one range query, of at most 11000 points\n" +
+				"config key gates.metrics.errorRate.sequential.maxDuration: 4h0m0s is not from two steps (1s) to 10999 of them: a look is a whole step on the epoch's grid, and each run reads it with one range query, of at most 11000 points"},
 		{"a sequential check's tolerance past a thousand", "gates: {metrics: {latencyP99: {mode: sequential, sequential: {tolerance: 1e308}}}}\n",
 			"config key gates.metrics.latencyP99.sequential.tolerance: 1e+308 is not a number from 0 to 1000"},
 		{"an unknown mode of the latency check", "gates: {metrics: {latencyP99: {mode: quantile}}}\n", `config key gates.metrics.latencyP99.mode: "quantile" is not "threshold" or "sequential"`},

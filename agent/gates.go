@@ -307,8 +307,8 @@ func (c ModeCheck) validate(key string) []error {
 	case "threshold":
 	case "sequential":
 		q, key := c.Sequential, key+".sequential."
-		if !(q.Alpha > 0 && q.Alpha < 1) {
-			bad(key+"alpha", q.Alpha, "a number between 0 and 1")
+		if !(q.Alpha >= sequential.MinAlpha && q.Alpha < 1) {
+			bad(key+"alpha", q.Alpha, fmt.Sprintf("a number from %g up to 1, 1 not included", sequential.MinAlpha))
 		}
 		if !(q.Tolerance >= 0 && q.Tolerance <= sequential.MaxTolerance) {
 			bad(key+"tolerance", q.Tolerance, fmt.Sprintf("a number from 0 to %d", sequential.MaxTolerance))
@@ -325,8 +325,8 @@ func (c ModeCheck) validate(key string) []error {
 			key string
 			d   time.Duration
 		}{{"history", q.History.D()}, {"maxDuration", q.MaxDuration.D()}} {
-			if n := d.d / step; n < 1 || n >= analysis.MaxRangePoints {
-				bad(key+d.key, d.d, fmt.Sprintf("from one step (%s) to %d of them: each run reads it with one range query, and Prometheus answers at most %d points", step, analysis.MaxRangePoints-1, analysis.MaxRangePoints))
+			if n := d.d / step; n < 2 || n >= analysis.MaxRangePoints {
+				bad(key+d.key, d.d, fmt.Sprintf("from two steps (%s) to %d of them: a look is a whole step on the epoch's grid, and each run reads it with one range query, of at most %d points", step, analysis.MaxRangePoints-1, analysis.MaxRangePoints))
 			}
 		}
 	default:

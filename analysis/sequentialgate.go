@@ -71,8 +71,8 @@ func NewSequentialGate(m SequentialMeasure, t sequential.ErrorTest, q RangeQueri
 			what string
 			d    time.Duration
 		}{{"a history", history}, {"a maximum duration", maxDuration}} {
-			if n := d.d / step; n < 1 || n >= MaxRangePoints {
-				errs = append(errs, fmt.Errorf("%s of %s is not from one step of %s to %d of them (Prometheus answers a range query of at most %d points)", d.what, d.d, step, MaxRangePoints-1, MaxRangePoints))
+			if n := d.d / step; n < 2 || n >= MaxRangePoints {
+				errs = append(errs, fmt.Errorf("%s of %s is not from two steps of %s to %d of them (a look is a whole step on the epoch's grid; Prometheus answers a range query of at most %d points)", d.what, d.d, step, MaxRangePoints-1, MaxRangePoints))
 			}
 		}
 	}
@@ -169,8 +169,16 @@ func (g *SequentialGate) run(ctx context.Context, wave canary.WaveUnderTest, now
 	if restart.IsZero() {
 		return canary.Verdict{Result: canary.ResultInconclusive, Reason: "the wave has no restart to measure from"}
 	}
+	// A wave up before its restart (a member moved again) is looked at
+	// from the restart: the maximum duration too.
+	if ready.Before(restart) {
+		ready = restart
+	}
 	hr, lr, ok := g.ranges(restart, ready, now)
-	if !ok {
+	switch {
+	case !ok && !now.Before(ready.Add(g.MaxDuration)):
+		return canary.Verdict{Result: canary.ResultInconclusive, Reason: fmt.Sprintf("no look within %s after the wave was up", g.MaxDuration)}
+	case !ok:
 		return canary.Verdict{Result: canary.ResultPending, Reason: "waiting for the first look"}
 	}
 	q := g.Query(wave)
@@ -223,15 +231,20 @@ type counter struct {
 	// code and le are the series' response code and histogram bound.
 	code, le string
 	looks    []float64
+	// sampled is whether the series has a sample in the range.
+	sampled bool
 }
 
 // increases cuts each series of the matrix into looks. A sample is put at
 // the step nearest its time. A counter that went down was reset, and
-// counted its new value. A counter's first sample counts nothing: whether
-// it began then (a new pod) or long before (Prometheus's data starting
-// inside the range, a scrape that failed for a while) cannot be told, and
-// counting its whole value in one look would invent a burst; a new pod's
-// first scrape of requests is lost to both arms.
+// counted its new value. A series first seen at the range's first step
+// counts from there. One first seen later began then and counts its
+// first value: Istio's proxies create a series at the first request with
+// its labels, so a new pod's series, and the series of a response code
+// not answered before, begin with what they counted. A series whose
+// samples Prometheus lost at the range's start would count its past in
+// that look; a lost first error would pass a broken revision, so the
+// first value counts.
 func increases(m model.Matrix, r promv1.Range) []counter {
 	steps := int(r.End.Sub(r.Start)/r.Step) + 1
 	var out []counter
@@ -251,41 +264,43 @@ func increases(m model.Matrix, r promv1.Range) []counter {
 			switch {
 			case seen && v >= last:
 				c.looks[k] += v - last
-			case seen:
+			case seen || k > 0:
 				c.looks[k] += v
 			}
 			last, seen = v, true
 		}
+		c.sampled = seen
 		out = append(out, c)
 	}
 	return out
 }
 
-// callers are the workloads that, directly or through others, call one of
-// the named ones, as the series' source_workload labels say. A caller
-// inherits the errors of what it calls: it cannot be the control of a
-// workload it calls.
-func callers(counters [][]counter, of map[string]bool) map[string]bool {
-	calls := map[string]map[string]bool{} // callee -> callers
-	for _, cs := range counters {
-		for _, c := range cs {
-			if c.caller != "" && c.caller != c.workload {
-				if calls[c.workload] == nil {
-					calls[c.workload] = map[string]bool{}
-				}
-				calls[c.workload][c.caller] = true
-			}
+// related are the workloads that call one of the named ones, or call a
+// caller of one, and those one of them calls, or a callee of one calls,
+// as the source_workload labels of the series with samples say. A caller
+// inherits the errors of what it calls, and a callee can fail on what a
+// broken caller sends it: neither can be the control of the other. Two
+// workloads that share a caller are not related by it.
+func related(counters []counter, of map[string]bool) map[string]bool {
+	callers, callees := map[string][]string{}, map[string][]string{}
+	for _, c := range counters {
+		if c.sampled && c.caller != "" && c.caller != c.workload {
+			callers[c.workload] = append(callers[c.workload], c.caller)
+			callees[c.caller] = append(callees[c.caller], c.workload)
 		}
 	}
 	out := map[string]bool{}
-	queue := slices.Sorted(maps.Keys(of))
-	for len(queue) > 0 {
-		w := queue[0]
-		queue = queue[1:]
-		for c := range calls[w] {
-			if !out[c] && !of[c] {
-				out[c] = true
-				queue = append(queue, c)
+	for _, next := range []map[string][]string{callers, callees} {
+		seen := map[string]bool{}
+		queue := slices.Sorted(maps.Keys(of))
+		for len(queue) > 0 {
+			w := queue[0]
+			queue = queue[1:]
+			for _, n := range next[w] {
+				if !seen[n] && !of[n] {
+					seen[n], out[n] = true, true
+					queue = append(queue, n)
+				}
 			}
 		}
 	}
@@ -313,7 +328,9 @@ type workloadEvidence struct {
 // and lr), and gives the wave's verdict: a fail when any workload failed,
 // a final pass when every one passed, Inconclusive once MaxDuration is
 // over with neither, and Pending before. The control is the workloads not
-// yet moved that do not call one of the wave's, directly or not.
+// yet moved that neither call one of the wave's nor are called by one,
+// directly or not, as the history shows: the control is chosen from the
+// history alone, so later looks never change it.
 func (g *SequentialGate) Judge(wave canary.WaveUnderTest, hm model.Matrix, hr promv1.Range, lm model.Matrix, lr promv1.Range, ready, now time.Time) canary.Verdict {
 	hist, looks := increases(hm, hr), increases(lm, lr)
 	count, noun, err := g.Measure.prepare(hist)
@@ -324,10 +341,10 @@ func (g *SequentialGate) Judge(wave canary.WaveUnderTest, hm model.Matrix, hr pr
 	for _, w := range wave.Workloads {
 		members[w.ObjectName()] = true
 	}
-	calling := callers([][]counter{hist, looks}, members)
+	linked := related(hist, members)
 	others := map[string]bool{}
 	for _, n := range wave.Unmoved {
-		if !calling[n] {
+		if !linked[n] {
 			others[n] = true
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,7 +20,9 @@ import (
 // rangeProm answers every range query with the same matrix or error, and
 // keeps what it was asked.
 type rangeProm struct {
-	matrix   model.Matrix
+	matrix model.Matrix
+	// forRange, when set, answers instead of matrix.
+	forRange func(promv1.Range) model.Matrix
 	warnings promv1.Warnings
 	err      error
 	queries  []string
@@ -30,6 +33,9 @@ func (f *rangeProm) QueryRange(_ context.Context, q string, r promv1.Range, _ ..
 	f.queries, f.ranges = append(f.queries, q), append(f.ranges, r)
 	if f.err != nil {
 		return nil, nil, nil, f.err
+	}
+	if f.forRange != nil {
+		return f.forRange(r), f.warnings, nil, nil
 	}
 	return f.matrix, f.warnings, nil, nil
 }
@@ -70,7 +76,8 @@ func TestCountersAreCutIntoLooksAcrossResetsAndNewPods(t *testing.T) {
 	m := model.Matrix{
 		// 10 then 5 a look; a reset at step 3 counts its new value.
 		sampled("a", "a-1", "200", start, 100, 110, 115, 4, 9),
-		// A counter's first sample is its baseline, wherever it comes.
+		// A series first seen after the first step began then: Istio
+		// creates it at its first request of those labels.
 		sampled("a", "a-2", "503", start, nan, nan, 7, 17, 27),
 		// A missed scrape: the next sample counts the whole increase.
 		sampled("a", "a-3", "200", start, 0, 1, nan, 5, 6),
@@ -81,11 +88,11 @@ func TestCountersAreCutIntoLooksAcrossResetsAndNewPods(t *testing.T) {
 	cs := increases(m, promv1.Range{Start: start, End: start.Add(4 * 15 * time.Second), Step: 15 * time.Second})
 	require.Len(t, cs, 3)
 	assert.Equal(t, []float64{0, 10, 5, 4, 5}, cs[0].looks)
-	assert.Equal(t, []float64{0, 0, 0, 10, 10}, cs[1].looks)
+	assert.Equal(t, []float64{0, 0, 7, 10, 10}, cs[1].looks)
 	assert.Equal(t, []float64{0, 1, 0, 4, 1}, cs[2].looks)
 	looks, _, err := SequentialErrors{}.prepare(nil)
 	require.NoError(t, err)
-	assert.Equal(t, []sequential.Counts{{}, {Requests: 11}, {Requests: 5}, {Requests: 18, Errors: 10}, {Requests: 16, Errors: 10}},
+	assert.Equal(t, []sequential.Counts{{}, {Requests: 11}, {Requests: 12, Errors: 7}, {Requests: 18, Errors: 10}, {Requests: 16, Errors: 10}},
 		looks(cs, map[string]bool{"a": true}))
 }
 
@@ -189,12 +196,12 @@ func TestPrometheusTroubleIsInconclusive(t *testing.T) {
 
 func TestSequentialSettingsThatCannotWorkAreRefused(t *testing.T) {
 	_, err := NewSequentialGate(SequentialErrors{}, sequential.ErrorTest{Alpha: 2}, nil, 1500*time.Millisecond, time.Second, time.Second, -time.Second)
-	assert.EqualError(t, err, "check error-rate: alpha 2 is not between 0 and 1\n"+
+	assert.EqualError(t, err, "check error-rate: alpha 2 is not from 1e-06 up to 1, 1 not included\n"+
 		"a step of 1.5s is not a whole number of seconds of at least 1s\n"+
 		"a query timeout of -1s is negative")
 	_, err = NewSequentialGate(SequentialErrors{}, defaultSequential, nil, 15*time.Second, 10*time.Second, 50*time.Hour, 0)
-	assert.EqualError(t, err, "check error-rate: a history of 10s is not from one step of 15s to 10999 of them (Prometheus answers a range query of at most 11000 points)\n"+
-		"a maximum duration of 50h0m0s is not from one step of 15s to 10999 of them (Prometheus answers a range query of at most 11000 points)")
+	assert.EqualError(t, err, "check error-rate: a history of 10s is not from two steps of 15s to 10999 of them (a look is a whole step on the epoch's grid; Prometheus answers a range query of at most 11000 points)\n"+
+		"a maximum duration of 50h0m0s is not from two steps of 15s to 10999 of them (a look is a whole step on the epoch's grid; Prometheus answers a range query of at most 11000 points)")
 }
 
 // cumulative is a counter that adds before a look up to look 40 (the
@@ -281,4 +288,76 @@ func TestAFailedWorkloadsMeasurementComesFirst(t *testing.T) {
 	v := g.verdict(wave(), []workloadEvidence{pending, pending, pending, pending, pending, failed}, defaultSequential, t0, t0.Add(time.Minute))
 	require.Equal(t, canary.ResultFail, v.Result)
 	assert.Equal(t, "f", v.Measurements[0].Workload)
+}
+
+// reviews' new revision sends bad requests that make ratings, which it
+// calls, fail as often as reviews does: a callee is not reviews' control
+// either. A workload that calls reviews only after the restart was chosen
+// before: the history alone chooses the control, and a later caller never
+// changes a decided verdict.
+func TestACalleeIsNotTheControlAndALaterCallerChangesNothing(t *testing.T) {
+	start, steps := t0.Add(-10*time.Minute), 40+6+1
+	from := func(s *model.SampleStream, caller string) *model.SampleStream {
+		s.Metric["source_workload"] = model.LabelValue(caller)
+		return s
+	}
+	m := model.Matrix{
+		sampled("reviews", "reviews-1", "200", start, cumulative(steps, 2970, 2400)...),
+		sampled("reviews", "reviews-1", "503", start, cumulative(steps, 30, 600)...),
+		from(sampled("ratings", "ratings-1", "200", start, cumulative(steps, 2970, 2400)...), "reviews"),
+		from(sampled("ratings", "ratings-1", "503", start, cumulative(steps, 30, 600)...), "reviews"),
+		sampled("details", "details-1", "200", start, cumulative(steps, 2970, 2970)...),
+		sampled("details", "details-1", "503", start, cumulative(steps, 30, 30)...),
+	}
+	w := movedWave(t0)
+	w.Unmoved = []string{"details", "ratings"}
+	end := start.Add(time.Duration(steps-1) * 15 * time.Second)
+	v := newSequentialGate(t, &rangeProm{matrix: m}).Evaluate(context.Background(), w, end)
+	assert.Equal(t, canary.ResultFail, v.Result, v.Reason)
+	assert.Contains(t, v.Reason, "against the control's 1.00% (", "details alone is the control")
+
+	// details starts calling reviews at the fourth look after the restart.
+	late := sampled("reviews", "reviews-1", "200", start, cumulative(steps, 0, 10)...)
+	late.Metric["source_workload"] = "details"
+	late.Values = late.Values[44:]
+	again := newSequentialGate(t, &rangeProm{matrix: append(m, late)}).Evaluate(context.Background(), w, end)
+	assert.Equal(t, v.Result, again.Result)
+	assert.Contains(t, again.Reason, "against the control's 1.00% (")
+}
+
+// Istio creates a pod's series of a response code at its first request of
+// it: a new pod's 503 series begins with its first errors, and they count.
+func TestTheFirstErrorsOfANewPodsSeriesCount(t *testing.T) {
+	start, steps := t0.Add(-10*time.Minute), 40+3+1
+	errs := sampled("reviews", "reviews-2", "503", start, cumulative(steps, 0, 6)...)
+	errs.Values = errs.Values[41:] // created at its first 503, after the restart
+	m := model.Matrix{
+		sampled("reviews", "reviews-1", "200", start, cumulative(steps, 1000, 994)...),
+		errs,
+	}
+	hr := promv1.Range{Start: start, End: t0, Step: 15 * time.Second}
+	lr := promv1.Range{Start: t0, End: start.Add(time.Duration(steps-1) * 15 * time.Second), Step: 15 * time.Second}
+	looks := increases(m, lr)
+	count, _, err := SequentialErrors{}.prepare(increases(m, hr))
+	require.NoError(t, err)
+	assert.Equal(t, []sequential.Counts{{}, {Requests: 1000, Errors: 6}, {Requests: 1000, Errors: 6}, {Requests: 1000, Errors: 6}}, count(looks, map[string]bool{"reviews": true}),
+		"the first look has the 503 series' first value")
+}
+
+// A wave up before its restart is looked at from the restart, its maximum
+// duration too; a maximum duration over with no look is Inconclusive,
+// never a wait without end.
+func TestTheMaximumDurationCountsFromTheFirstPossibleLook(t *testing.T) {
+	m, _ := world(t0, 8, 30, 0, 0)
+	g := newSequentialGate(t, &rangeProm{matrix: m})
+	w := movedWave(t0.Add(-time.Hour))
+	v := g.Evaluate(context.Background(), w, t0.Add(time.Minute))
+	assert.Equal(t, canary.ResultPending, v.Result, v.Reason)
+	assert.True(t, strings.HasPrefix(v.Reason, "gathering evidence, 14m0s left: "), v.Reason)
+
+	short, err := NewSequentialGate(SequentialErrors{}, defaultSequential, &rangeProm{matrix: m}, 15*time.Second, 10*time.Minute, 30*time.Second, 0)
+	require.NoError(t, err)
+	off := t0.Add(7 * time.Second)
+	v = short.Evaluate(context.Background(), movedWave(off), off.Add(time.Hour))
+	assert.NotEqual(t, canary.ResultPending, v.Result, "%s: %s", v.Result, v.Reason)
 }

@@ -1,7 +1,6 @@
 package analysis
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -30,51 +29,54 @@ func (SequentialLatency) query(selector string) string {
 	return "istio_request_duration_milliseconds_bucket{" + selector + "}"
 }
 
-// infBucket is the histogram's last bucket: every request.
-const infBucket = "+Inf"
-
 func (l SequentialLatency) prepare(history []counter) (func([]counter, map[string]bool) []sequential.Counts, string, error) {
 	// Each bucket's count over the history, every workload of the query
-	// together.
-	seen := map[string]float64{}
+	// together, by its bound's value: Prometheus writes a bound "100" or
+	// "100.0" depending on its version and the scrape's format.
+	seen := map[float64]float64{}
 	for _, c := range history {
+		le, ok := bucketBound(c.le)
+		if !ok {
+			continue
+		}
 		for _, v := range c.looks {
-			seen[c.le] += v
+			seen[le] += v
 		}
 	}
-	total := seen[infBucket]
+	total := seen[math.Inf(1)]
 	if total <= 0 {
 		return nil, "", errors.New("no request before the restart to place the p99 on")
 	}
-	type bound struct {
-		text string
-		ms   float64
-	}
-	var bounds []bound
+	var bounds []float64
 	for le := range seen {
-		ms, err := strconv.ParseFloat(le, 64)
-		if err == nil && !math.IsInf(ms, 0) && !math.IsNaN(ms) {
-			bounds = append(bounds, bound{le, ms})
+		if !math.IsInf(le, 1) {
+			bounds = append(bounds, le)
 		}
 	}
 	if len(bounds) == 0 {
 		return nil, "", errors.New("the request-duration histogram has no finite bucket")
 	}
-	slices.SortFunc(bounds, func(a, b bound) int { return cmp.Compare(a.ms, b.ms) })
+	slices.Sort(bounds)
 	at := bounds[len(bounds)-1]
 	for _, b := range bounds {
-		if total-seen[b.text] <= (1-l.Quantile)*total {
+		if total-seen[b] <= (1-l.Quantile)*total {
 			at = b
 			break
 		}
 	}
 	return func(cs []counter, names map[string]bool) []sequential.Counts {
 		// Slower than the bound: every request less those in its bucket.
-		all := lookCounts(cs, names, func(c counter) (bool, bool) { return c.le == infBucket, false })
-		fast := lookCounts(cs, names, func(c counter) (bool, bool) { return c.le == at.text, false })
+		all := lookCounts(cs, names, func(c counter) (bool, bool) { le, ok := bucketBound(c.le); return ok && math.IsInf(le, 1), false })
+		fast := lookCounts(cs, names, func(c counter) (bool, bool) { le, ok := bucketBound(c.le); return ok && le == at, false })
 		for k := range all {
 			all[k].Errors = math.Max(0, all[k].Requests-fast[k].Requests)
 		}
 		return all
-	}, fmt.Sprintf("share slower than %sms", at.text), nil
+	}, fmt.Sprintf("share slower than %sms", strconv.FormatFloat(at, 'g', -1, 64)), nil
+}
+
+// bucketBound reads a bucket's le label: "+Inf" and "100.0" included.
+func bucketBound(le string) (float64, bool) {
+	v, err := strconv.ParseFloat(le, 64)
+	return v, err == nil && !math.IsNaN(v)
 }

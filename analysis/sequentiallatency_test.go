@@ -83,10 +83,36 @@ func TestAWorkloadAsFastAsBeforeIsNotFailedOnLatency(t *testing.T) {
 
 func TestWithoutRequestsBeforeTheRestartTheLatencyCheckIsInconclusive(t *testing.T) {
 	m, r := latencyWorld(t0, 4, 150)
+	// Every series begins after the restart.
 	for _, s := range m {
-		s.Values = s.Values[40:]
+		s.Values = s.Values[41:]
 	}
 	v := newLatencyGate(t, &rangeProm{matrix: m}).Evaluate(context.Background(), movedWave(t0), r.End)
 	assert.Equal(t, canary.ResultInconclusive, v.Result)
 	assert.Equal(t, "no request before the restart to place the p99 on", v.Reason)
+}
+
+// Prometheus writes a bucket's bound "100" or "100.0" depending on its
+// version and the scrape's format; one that wrote "100" over the history
+// and "100.0" over the looks changes nothing.
+func TestALatencyBoundIsReadByItsValueNotItsSpelling(t *testing.T) {
+	m, r := latencyWorld(t0, 4, 199)
+	var respelled model.Matrix
+	for _, s := range m {
+		c := *s
+		c.Metric = s.Metric.Clone()
+		if le := string(c.Metric["le"]); le != "+Inf" {
+			c.Metric["le"] = model.LabelValue(le + ".0")
+		}
+		respelled = append(respelled, &c)
+	}
+	prom := &rangeProm{forRange: func(r promv1.Range) model.Matrix {
+		if r.End.After(t0) {
+			return respelled
+		}
+		return m
+	}}
+	v := newLatencyGate(t, prom).Evaluate(context.Background(), movedWave(t0), r.End)
+	assert.NotEqual(t, canary.ResultFail, v.Result, v.Reason)
+	assert.Contains(t, v.Reason, "share slower than 100ms 0.50% (4/800)")
 }

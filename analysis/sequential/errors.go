@@ -22,6 +22,11 @@ type ErrorTest struct {
 	Floor float64
 }
 
+// MinAlpha is the smallest alpha: a wave of the most workloads the status
+// lists still gets each a share whose bounds and thresholds are ordinary
+// floats (below 1e-308, 2/α would overflow).
+const MinAlpha = 1e-6
+
 // MaxTolerance is the largest tolerance: a thousand times the control's
 // ratio is already no test, and far larger ones overflow the bets.
 const MaxTolerance = 1000
@@ -29,8 +34,8 @@ const MaxTolerance = 1000
 // Validate reports a setting the test cannot run with.
 func (t ErrorTest) Validate() error {
 	var errs []error
-	if !(t.Alpha > 0 && t.Alpha < 1) {
-		errs = append(errs, fmt.Errorf("alpha %g is not between 0 and 1", t.Alpha))
+	if !(t.Alpha >= MinAlpha && t.Alpha < 1) {
+		errs = append(errs, fmt.Errorf("alpha %g is not from %g up to 1, 1 not included", t.Alpha, MinAlpha))
 	}
 	if !(t.Tolerance >= 0 && t.Tolerance <= MaxTolerance) {
 		errs = append(errs, fmt.Errorf("tolerance %g is not a number from 0 to %d", t.Tolerance, MaxTolerance))

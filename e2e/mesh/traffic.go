@@ -71,10 +71,11 @@ type series struct {
 // the cluster, as their proxies would. Each workload receives Rate requests a
 // second, spread over its pods; how they fare depends on the revision each
 // pod runs, so "reviews on 1-26 returns 30% 5xx" can be staged while
-// everything else stays healthy. Each pod's proxy reports its own series,
-// labelled namespace and pod as Prometheus labels a proxy it scrapes
-// through Kubernetes pod discovery with Istio's usual relabelling; a pod
-// that goes away takes its series with it.
+// everything else stays healthy. Each pod's proxy reports its own request
+// counters, labelled namespace and pod as Prometheus labels a proxy it
+// scrapes through Kubernetes pod discovery with Istio's usual
+// relabelling; a pod that goes away takes its series with it. The
+// duration histogram is reported per workload (see recordLocked).
 type Traffic struct {
 	pods   corev1listers.PodLister
 	server *http.Server
@@ -86,6 +87,9 @@ type Traffic struct {
 	behaviors map[behaviorKey]Behavior
 	routes    map[WorkloadRef][]WorkloadRef // callee -> callers
 	series    map[seriesKey]*series
+	// durations are the request-duration histograms, per series key
+	// without the pod: see recordLocked.
+	durations map[seriesKey]*series
 	last      time.Time
 }
 
@@ -93,7 +97,7 @@ func newTraffic(pods corev1listers.PodLister, defaultRate float64) *Traffic {
 	return &Traffic{
 		pods: pods, rateAll: defaultRate,
 		rate: map[WorkloadRef]float64{}, behaviors: map[behaviorKey]Behavior{},
-		routes: map[WorkloadRef][]WorkloadRef{}, series: map[seriesKey]*series{},
+		routes: map[WorkloadRef][]WorkloadRef{}, series: map[seriesKey]*series{}, durations: map[seriesKey]*series{},
 	}
 }
 
@@ -246,10 +250,19 @@ func (t *Traffic) recordLocked(reporter, pod string, src, dest WorkloadRef, reqs
 			continue
 		}
 		k := seriesKey{reporter: reporter, source: src, destination: dest, code: c.code, pod: pod}
-		s := t.series[k]
+		if t.series[k] == nil {
+			t.series[k] = &series{}
+		}
+		t.series[k].requests += n
+		// The histogram is kept per workload, not per pod: the exporter
+		// writes whole bucket counts, and the p99 of this latency model
+		// sits on a bucket's bound, so the rounding of each pod's series
+		// would move it from one bucket to the next.
+		k.pod = ""
+		s := t.durations[k]
 		if s == nil {
 			s = &series{buckets: make([]float64, len(durationBuckets))}
-			t.series[k] = s
+			t.durations[k] = s
 		}
 		s.requests += n
 		for _, part := range []struct{ share, ms float64 }{{0.5, latencyMs / 4}, {0.49, latencyMs / 2}, {0.01, latencyMs}} {
@@ -285,30 +298,44 @@ func (t *Traffic) Collect(ch chan<- prometheus.Metric) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.advanceLocked(time.Now())
-	keys := make([]seriesKey, 0, len(t.series))
-	for k := range t.series {
-		keys = append(keys, k)
+	for _, k := range sortedKeys(t.series) {
+		ch <- prometheus.MustNewConstMetric(requestsDesc, prometheus.CounterValue, t.series[k].requests, labelValues(k)...)
 	}
-	sort.Slice(keys, func(i, j int) bool { return fmt.Sprint(keys[i]) < fmt.Sprint(keys[j]) })
-	for _, k := range keys {
-		s := t.series[k]
-		flags := "-"
-		if k.code == "503" {
-			flags = "URX"
-		}
-		podNamespace := k.destination.Namespace
-		if k.reporter == "source" {
-			podNamespace = k.source.Namespace
-		}
-		lv := []string{k.reporter, k.source.Name, k.source.Namespace, k.destination.Name, k.destination.Namespace,
-			k.destination.Name, k.destination.Namespace, k.code, flags, "http", "mutual_tls", podNamespace, k.pod}
-		ch <- prometheus.MustNewConstMetric(requestsDesc, prometheus.CounterValue, s.requests, lv...)
+	for _, k := range sortedKeys(t.durations) {
+		s := t.durations[k]
 		buckets := make(map[float64]uint64, len(durationBuckets))
 		for i, le := range durationBuckets {
 			buckets[le] = uint64(s.buckets[i])
 		}
-		ch <- prometheus.MustNewConstHistogram(durationDesc, uint64(s.requests), s.sumMs, buckets, lv...)
+		ch <- prometheus.MustNewConstHistogram(durationDesc, uint64(s.requests), s.sumMs, buckets, labelValues(k)...)
 	}
+}
+
+func sortedKeys(m map[seriesKey]*series) []seriesKey {
+	keys := make([]seriesKey, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return fmt.Sprint(keys[i]) < fmt.Sprint(keys[j]) })
+	return keys
+}
+
+// labelValues are a series' labels, in requestLabels' order. A histogram
+// kept per workload has no pod, and no namespace of one.
+func labelValues(k seriesKey) []string {
+	flags := "-"
+	if k.code == "503" {
+		flags = "URX"
+	}
+	podNamespace := k.destination.Namespace
+	if k.reporter == "source" {
+		podNamespace = k.source.Namespace
+	}
+	if k.pod == "" {
+		podNamespace = ""
+	}
+	return []string{k.reporter, k.source.Name, k.source.Namespace, k.destination.Name, k.destination.Namespace,
+		k.destination.Name, k.destination.Namespace, k.code, flags, "http", "mutual_tls", podNamespace, k.pod}
 }
 
 func (t *Traffic) start(host string) error {
