@@ -283,7 +283,7 @@ func TestStateIntegrity(t *testing.T) {
 				return nil
 			}
 		}))
-		st := waitForPhaseOrPause(f, ns, canary.PhaseCompleted, time.Minute)
+		st := waitForPhaseOrPause(f, ns, canary.PhaseCompleted, 2*time.Minute)
 		r.stop()
 		require.Equal(t, canary.PhaseCompleted, st.Phase, st.Reason)
 		assert.Equal(t, "moved 2 workloads to 1-26 in 1 waves", st.Reason)

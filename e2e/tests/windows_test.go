@@ -184,6 +184,11 @@ func TestAWaveStartsInsideItsWindowAndARollbackRunsWhateverTheWindows(t *testing
 		assert.Equal(t, canary.MigrationID("1-26", startedAt), done.MigrationID(), "the staged migration completed")
 		assert.Equal(t, map[string]int{"PATCH deployments " + ns + "/cart": 1, "PATCH deployments " + ns + "/web": 1}, counter.writes("PATCH deployments "+ns+"/"))
 		assert.Equal(t, map[string]int{"cart": 1, "web": 1}, restarts(f, ns, "cart", "web"))
+		// The watch may deliver the Completed status after the GET above saw it.
+		f.EventuallyWithin("the watch to see Completed", 10*time.Second, func() (bool, string) {
+			seen := phases()
+			return len(seen) > 0 && seen[len(seen)-1] == "1-26 Completed", fmt.Sprint(seen)
+		})
 		assert.Equal(t, []string{"1-26 Migrating", "1-26 Completed"}, phases(), "never put back to Pending")
 		for _, e := range eventsFor(f, "Namespace", "", ns) {
 			assert.False(t, strings.HasPrefix(e, "WaveDeferred") || strings.HasPrefix(e, "WaitingForWindow"), e)
