@@ -60,8 +60,8 @@ func TestParseConfigRejectsBadValues(t *testing.T) {
 		{"a sequential check's floor of 100%", "gates: {metrics: {errorRate: {mode: sequential, sequential: {floor: 1}}}}\n",
 			"config key gates.metrics.errorRate.sequential.floor: 1 is not a share of requests from 0 up to 1, 1 not included"},
 		{"a sequential check's history shorter than a look, and a maximum duration of too many", "gates: {metrics: {errorRate: {mode: sequential, sequential: {step: 1s, history: 500ms, maxDuration: 4h}}}}\n",
-			"config key gates.metrics.errorRate.sequential.history: 500ms is not from two steps (1s) to 10999 of them: a look is a whole step on the epoch's grid, and each run reads it with one range query, of at most 11000 points\n" +
-				"config key gates.metrics.errorRate.sequential.maxDuration: 4h0m0s is not from two steps (1s) to 10999 of them: a look is a whole step on the epoch's grid, and each run reads it with one range query, of at most 11000 points"},
+			"config key gates.metrics.errorRate.sequential.history: 500ms is not from two steps (1s) to 10699 of them: a look is a whole step on the epoch's grid, and each run reads it with one range query of at most 11000 points, five minutes of lead-in included\n" +
+				"config key gates.metrics.errorRate.sequential.maxDuration: 4h0m0s is not from two steps (1s) to 10699 of them: a look is a whole step on the epoch's grid, and each run reads it with one range query of at most 11000 points, five minutes of lead-in included"},
 		{"a sequential check's tolerance past a thousand", "gates: {metrics: {latencyP99: {mode: sequential, sequential: {tolerance: 1e308}}}}\n",
 			"config key gates.metrics.latencyP99.sequential.tolerance: 1e+308 is not a number from 0 to 1000"},
 		{"an unknown mode of the latency check", "gates: {metrics: {latencyP99: {mode: quantile}}}\n", `config key gates.metrics.latencyP99.mode: "quantile" is not "threshold" or "sequential"`},

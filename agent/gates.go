@@ -297,6 +297,11 @@ func (m MetricGates) validate() []error {
 
 func nonNegative(v float64) bool { return v >= 0 && !math.IsInf(v, 1) }
 
+// minAlpha is the smallest alpha a sequential check takes: shared among
+// the most workloads a wave lists (canary.MaxWaveSize), each share stays
+// above sequential.MinAlpha.
+const minAlpha = 1e-6
+
 // validate checks the mode, and the sequential settings when they apply.
 func (c ModeCheck) validate(key string) []error {
 	var errs []error
@@ -307,8 +312,8 @@ func (c ModeCheck) validate(key string) []error {
 	case "threshold":
 	case "sequential":
 		q, key := c.Sequential, key+".sequential."
-		if !(q.Alpha >= sequential.MinAlpha && q.Alpha < 1) {
-			bad(key+"alpha", q.Alpha, fmt.Sprintf("a number from %g up to 1, 1 not included", sequential.MinAlpha))
+		if !(q.Alpha >= minAlpha && q.Alpha < 1) {
+			bad(key+"alpha", q.Alpha, fmt.Sprintf("a number from %g up to 1, 1 not included", minAlpha))
 		}
 		if !(q.Tolerance >= 0 && q.Tolerance <= sequential.MaxTolerance) {
 			bad(key+"tolerance", q.Tolerance, fmt.Sprintf("a number from 0 to %d", sequential.MaxTolerance))
@@ -325,8 +330,9 @@ func (c ModeCheck) validate(key string) []error {
 			key string
 			d   time.Duration
 		}{{"history", q.History.D()}, {"maxDuration", q.MaxDuration.D()}} {
-			if n := d.d / step; n < 2 || n >= analysis.MaxRangePoints {
-				bad(key+d.key, d.d, fmt.Sprintf("from two steps (%s) to %d of them: a look is a whole step on the epoch's grid, and each run reads it with one range query, of at most %d points", step, analysis.MaxRangePoints-1, analysis.MaxRangePoints))
+			lead := time.Duration(max(1, int((5*time.Minute+step-1)/step)))
+			if n := d.d / step; n < 2 || n+lead >= analysis.MaxRangePoints {
+				bad(key+d.key, d.d, fmt.Sprintf("from two steps (%s) to %d of them: a look is a whole step on the epoch's grid, and each run reads it with one range query of at most %d points, five minutes of lead-in included", step, analysis.MaxRangePoints-1-int(lead), analysis.MaxRangePoints))
 			}
 		}
 	default:

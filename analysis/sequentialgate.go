@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"math"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -71,8 +70,9 @@ func NewSequentialGate(m SequentialMeasure, t sequential.ErrorTest, q RangeQueri
 			what string
 			d    time.Duration
 		}{{"a history", history}, {"a maximum duration", maxDuration}} {
-			if n := d.d / step; n < 2 || n >= MaxRangePoints {
-				errs = append(errs, fmt.Errorf("%s of %s is not from two steps of %s to %d of them (a look is a whole step on the epoch's grid; Prometheus answers a range query of at most %d points)", d.what, d.d, step, MaxRangePoints-1, MaxRangePoints))
+			lead := time.Duration(max(1, int((5*time.Minute+step-1)/step)))
+			if n := d.d / step; n < 2 || n+lead >= MaxRangePoints {
+				errs = append(errs, fmt.Errorf("%s of %s is not from two steps of %s to %d of them (a look is a whole step on the epoch's grid; Prometheus answers a range query, five minutes of lead-in included, of at most %d points)", d.what, d.d, step, MaxRangePoints-1-int(lead), MaxRangePoints))
 			}
 		}
 	}
@@ -113,24 +113,14 @@ func (g *SequentialGate) Evaluate(ctx context.Context, wave canary.WaveUnderTest
 }
 
 // Query is the query a run sends, once over the history and once over
-// the wave's looks: the measure's counters of the wave's workloads and of
-// those not yet moved, every series as Prometheus holds it. Nothing is
+// the wave's looks: the measure's counters of every workload of the
+// namespace, every series as Prometheus holds it. Every workload, so that
+// the calls between them are seen through those already moved. Nothing is
 // summed before the increases are taken, so that a series that goes away
 // (a pod, a stat evicted, one of two scrape jobs) never reads as a
 // counter reset of a sum.
 func (g *SequentialGate) Query(wave canary.WaveUnderTest) string {
-	names := slices.Clone(wave.Unmoved)
-	for _, m := range wave.Workloads {
-		names = append(names, m.ObjectName())
-	}
-	for i, n := range names {
-		names[i] = regexp.QuoteMeta(n)
-	}
-	sort.Strings(names)
-	names = slices.Compact(names)
-	selector := fmt.Sprintf(`reporter="destination",destination_workload_namespace="%s",destination_workload=~"%s"`,
-		promqlString(wave.Namespace), promqlString(strings.Join(names, "|")))
-	return g.Measure.query(selector)
+	return g.Measure.query(fmt.Sprintf(`reporter="destination",destination_workload_namespace="%s"`, promqlString(wave.Namespace)))
 }
 
 // MaxRangePoints is the most steps a range query may have: Prometheus refuses
@@ -140,8 +130,9 @@ const MaxRangePoints = 11000
 // ranges are where a run reads, on a grid of Step from the Unix epoch, as
 // query frontends align a range: the history, from History before the
 // restart to the last step at or before it, and the looks, from the first
-// step at or after the wave was up (or restarted, if later) to now, and at
-// most MaxDuration. ok is false while no look is complete.
+// step at or after the wave was up (or restarted, if later) to a step
+// before now, so that a scrape of the last step is in before it is read,
+// and at most MaxDuration. ok is false while no look is complete.
 func (g *SequentialGate) ranges(restart, ready, now time.Time) (history, looks promv1.Range, ok bool) {
 	down := func(t time.Time) time.Time { return time.Unix(0, t.UnixNano()-mod(t.UnixNano(), int64(g.Step))).UTC() }
 	up := func(t time.Time) time.Time {
@@ -154,7 +145,7 @@ func (g *SequentialGate) ranges(restart, ready, now time.Time) (history, looks p
 	if ready.Before(restart) {
 		ready = restart
 	}
-	end := now
+	end := now.Add(-g.Step)
 	if last := ready.Add(g.MaxDuration); end.After(last) {
 		end = last
 	}
@@ -163,6 +154,20 @@ func (g *SequentialGate) ranges(restart, ready, now time.Time) (history, looks p
 }
 
 func mod(a, b int64) int64 { return ((a % b) + b) % b }
+
+// leadIn is how many steps before each range a run also reads: Prometheus's
+// five-minute lookback, at least one step. A series with a sample there
+// takes it as its baseline, so one that only missed the range's first step
+// (a failed scrape) is not taken for a new one.
+func (g *SequentialGate) leadIn() int {
+	return max(1, int((5*time.Minute+g.Step-1)/g.Step))
+}
+
+// withLeadIn is r begun leadIn steps earlier.
+func (g *SequentialGate) withLeadIn(r promv1.Range) promv1.Range {
+	r.Start = r.Start.Add(-time.Duration(g.leadIn()) * r.Step)
+	return r
+}
 
 func (g *SequentialGate) run(ctx context.Context, wave canary.WaveUnderTest, now time.Time) canary.Verdict {
 	restart, ready := restartOf(wave), *wave.Analysis.ReadyAt
@@ -173,6 +178,11 @@ func (g *SequentialGate) run(ctx context.Context, wave canary.WaveUnderTest, now
 	// from the restart: the maximum duration too.
 	if ready.Before(restart) {
 		ready = restart
+	}
+	// A time the wave was up that lies ahead (an edited status) would make
+	// it wait without end: it is read as now.
+	if ready.After(now) {
+		ready = now
 	}
 	hr, lr, ok := g.ranges(restart, ready, now)
 	switch {
@@ -189,7 +199,7 @@ func (g *SequentialGate) run(ctx context.Context, wave canary.WaveUnderTest, now
 	}
 	var ms [2]model.Matrix
 	for i, r := range []promv1.Range{hr, lr} {
-		m, v := g.query(ctx, q, r)
+		m, v := g.query(ctx, q, g.withLeadIn(r))
 		if v != nil {
 			return *v
 		}
@@ -236,16 +246,16 @@ type counter struct {
 }
 
 // increases cuts each series of the matrix into looks. A sample is put at
-// the step nearest its time. A counter that went down was reset, and
-// counted its new value. A series first seen at the range's first step
-// counts from there. One first seen later began then and counts its
-// first value: Istio's proxies create a series at the first request with
-// its labels, so a new pod's series, and the series of a response code
-// not answered before, begin with what they counted. A series whose
-// samples Prometheus lost at the range's start would count its past in
-// that look; a lost first error would pass a broken revision, so the
-// first value counts.
-func increases(m model.Matrix, r promv1.Range) []counter {
+// the step nearest its time; the lead steps before the range (its lead-in)
+// only set a baseline. A counter that went down was reset, and counted its
+// new value. A series first seen at the range's first step counts from
+// there. One first seen later, with no sample in the lead-in either, began
+// then and counts its first value: Istio's proxies create a series at the
+// first request with its labels, so a new pod's series, and the series of
+// a response code not answered before, begin with what they counted. A
+// series relabelled inside the range (a Prometheus that writes le="100.0"
+// after an upgrade) looks new, and its whole count lands in one look.
+func increases(m model.Matrix, r promv1.Range, lead int) []counter {
 	steps := int(r.End.Sub(r.Start)/r.Step) + 1
 	var out []counter
 	for _, s := range m {
@@ -258,29 +268,32 @@ func increases(m model.Matrix, r promv1.Range) []counter {
 		for _, p := range s.Values {
 			k := int(math.Round(float64(p.Timestamp.Time().Sub(r.Start)) / float64(r.Step)))
 			v := float64(p.Value)
-			if k < 0 || k >= steps || math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+			if k < -lead || k >= steps || math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
 				continue
 			}
 			switch {
+			case k < 0:
 			case seen && v >= last:
 				c.looks[k] += v - last
 			case seen || k > 0:
 				c.looks[k] += v
 			}
+			if k >= 0 {
+				c.sampled = true
+			}
 			last, seen = v, true
 		}
-		c.sampled = seen
 		out = append(out, c)
 	}
 	return out
 }
 
-// related are the workloads that call one of the named ones, or call a
-// caller of one, and those one of them calls, or a callee of one calls,
-// as the source_workload labels of the series with samples say. A caller
-// inherits the errors of what it calls, and a callee can fail on what a
-// broken caller sends it: neither can be the control of the other. Two
-// workloads that share a caller are not related by it.
+// related are the workloads whose errors the named ones can move, as the
+// source_workload labels of the series with samples say: those they call,
+// directly or through others (a callee can fail on what a broken caller
+// sends it), and every caller, direct or not, of them or of those callees
+// (a caller inherits the errors of what it calls). None can be their
+// control. Two workloads that share a caller are not related by it.
 func related(counters []counter, of map[string]bool) map[string]bool {
 	callers, callees := map[string][]string{}, map[string][]string{}
 	for _, c := range counters {
@@ -289,20 +302,24 @@ func related(counters []counter, of map[string]bool) map[string]bool {
 			callees[c.caller] = append(callees[c.caller], c.workload)
 		}
 	}
-	out := map[string]bool{}
-	for _, next := range []map[string][]string{callers, callees} {
-		seen := map[string]bool{}
-		queue := slices.Sorted(maps.Keys(of))
+	reach := func(from map[string]bool, next map[string][]string) map[string]bool {
+		seen := maps.Clone(from)
+		queue := slices.Sorted(maps.Keys(from))
 		for len(queue) > 0 {
 			w := queue[0]
 			queue = queue[1:]
 			for _, n := range next[w] {
-				if !seen[n] && !of[n] {
-					seen[n], out[n] = true, true
+				if !seen[n] {
+					seen[n] = true
 					queue = append(queue, n)
 				}
 			}
 		}
+		return seen
+	}
+	out := reach(reach(of, callees), callers)
+	for n := range of {
+		delete(out, n)
 	}
 	return out
 }
@@ -332,7 +349,7 @@ type workloadEvidence struct {
 // directly or not, as the history shows: the control is chosen from the
 // history alone, so later looks never change it.
 func (g *SequentialGate) Judge(wave canary.WaveUnderTest, hm model.Matrix, hr promv1.Range, lm model.Matrix, lr promv1.Range, ready, now time.Time) canary.Verdict {
-	hist, looks := increases(hm, hr), increases(lm, lr)
+	hist, looks := increases(hm, hr, g.leadIn()), increases(lm, lr, g.leadIn())
 	count, noun, err := g.Measure.prepare(hist)
 	if err != nil {
 		return canary.Verdict{Result: canary.ResultInconclusive, Reason: err.Error()}

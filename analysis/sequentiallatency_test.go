@@ -59,7 +59,7 @@ func newLatencyGate(t *testing.T, q RangeQuerier) *SequentialGate {
 
 func TestTheSequentialLatencyQueryCountsEachPodsHistogramBuckets(t *testing.T) {
 	w := movedWave(t0)
-	assert.Equal(t, `istio_request_duration_milliseconds_bucket{reporter="destination",destination_workload_namespace="shop",destination_workload=~"ratings|reviews"}`,
+	assert.Equal(t, `istio_request_duration_milliseconds_bucket{reporter="destination",destination_workload_namespace="shop"}`,
 		newLatencyGate(t, nil).Query(w))
 }
 
@@ -114,5 +114,5 @@ func TestALatencyBoundIsReadByItsValueNotItsSpelling(t *testing.T) {
 	}}
 	v := newLatencyGate(t, prom).Evaluate(context.Background(), movedWave(t0), r.End)
 	assert.NotEqual(t, canary.ResultFail, v.Result, v.Reason)
-	assert.Contains(t, v.Reason, "share slower than 100ms 0.50% (4/800)")
+	assert.Contains(t, v.Reason, "share slower than 100ms 0.50% (3/600)", "three looks: the fourth is a step from now")
 }

@@ -22,10 +22,10 @@ type ErrorTest struct {
 	Floor float64
 }
 
-// MinAlpha is the smallest alpha: a wave of the most workloads the status
-// lists still gets each a share whose bounds and thresholds are ordinary
-// floats (below 1e-308, 2/α would overflow).
-const MinAlpha = 1e-6
+// MinAlpha is the smallest alpha a test runs at, a workload's share of a
+// wave's included: its bounds and thresholds stay ordinary floats (below
+// 1e-308, 2/α would overflow).
+const MinAlpha = 1e-12
 
 // MaxTolerance is the largest tolerance: a thousand times the control's
 // ratio is already no test, and far larger ones overflow the bets.

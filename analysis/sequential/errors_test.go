@@ -23,10 +23,10 @@ func TestATestThatCannotRunIsRefusedWithTheValueAndWhatWasExpected(t *testing.T)
 		test ErrorTest
 		want string
 	}{
-		{ErrorTest{Alpha: 0, Tolerance: 0.2}, "alpha 0 is not from 1e-06 up to 1, 1 not included"},
-		{ErrorTest{Alpha: 1, Tolerance: 0.2}, "alpha 1 is not from 1e-06 up to 1, 1 not included"},
-		{ErrorTest{Alpha: math.NaN()}, "alpha NaN is not from 1e-06 up to 1, 1 not included"},
-		{ErrorTest{Alpha: 1e-320}, "alpha 1e-320 is not from 1e-06 up to 1, 1 not included"},
+		{ErrorTest{Alpha: 0, Tolerance: 0.2}, "alpha 0 is not from 1e-12 up to 1, 1 not included"},
+		{ErrorTest{Alpha: 1, Tolerance: 0.2}, "alpha 1 is not from 1e-12 up to 1, 1 not included"},
+		{ErrorTest{Alpha: math.NaN()}, "alpha NaN is not from 1e-12 up to 1, 1 not included"},
+		{ErrorTest{Alpha: 1e-320}, "alpha 1e-320 is not from 1e-12 up to 1, 1 not included"},
 		{ErrorTest{Alpha: 0.05, Tolerance: -0.1}, "tolerance -0.1 is not a number from 0 to 1000"},
 		{ErrorTest{Alpha: 0.05, Tolerance: math.Inf(1)}, "tolerance +Inf is not a number from 0 to 1000"},
 		{ErrorTest{Alpha: 0.05, Tolerance: 1e308}, "tolerance 1e+308 is not a number from 0 to 1000"},
