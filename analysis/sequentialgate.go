@@ -180,9 +180,9 @@ func (g *SequentialGate) run(ctx context.Context, wave canary.WaveUnderTest, now
 		ready = restart
 	}
 	// A time the wave was up that lies ahead (an edited status) would make
-	// it wait without end: it is read as now.
+	// it wait without end: the looks start at the restart instead.
 	if ready.After(now) {
-		ready = now
+		ready = restart
 	}
 	hr, lr, ok := g.ranges(restart, ready, now)
 	switch {

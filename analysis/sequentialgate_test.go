@@ -402,3 +402,14 @@ func TestCallersOfACalleeAndCallsThroughMovedWorkloadsLeaveTheControl(t *testing
 	assert.Equal(t, map[string]bool{"ratings": true, "details": true, "reviews-v1": true, "productpage": true, "loadgenerator": true}, got,
 		"cart shares only a caller with reviews-v2, and stays a control")
 }
+
+// An edited status that puts the time the wave was up ahead of now does
+// not make the check wait without end: the looks start at the restart.
+func TestATimeTheWaveWasUpAheadOfNowIsReadFromTheRestart(t *testing.T) {
+	m, _ := world(t0, 80, 30, 0, 0)
+	g := newSequentialGate(t, &rangeProm{matrix: m})
+	v := g.Evaluate(context.Background(), movedWave(t0.Add(time.Hour)), t0.Add(16*time.Minute))
+	assert.Equal(t, canary.ResultPass, v.Result, v.Reason)
+	assert.Equal(t, "reviews: error ratio 0.00% (0/1140) against 0.00% (0/1200) before the restart; control: its own error ratio before the restart; evidence of health 42.3 of 40: pass", v.Reason,
+		"the looks from the restart were read")
+}

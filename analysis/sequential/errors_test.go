@@ -122,3 +122,10 @@ func TestSplitGivesEachWorkloadOfAWaveAnEqualShareOfAlpha(t *testing.T) {
 	assert.Equal(t, 0.05, ErrorTest{Alpha: 0.05}.Split(1).Alpha)
 	assert.Equal(t, 0.05, ErrorTest{Alpha: 0.05}.Split(0).Alpha)
 }
+
+// The configuration takes alpha down to 1e-6; shared among the most
+// workloads a wave lists, each share still runs.
+func TestTheSmallestConfiguredAlphaSharedByAWideWaveStillRuns(t *testing.T) {
+	_, err := ErrorTest{Alpha: 1e-6, Tolerance: 0.5}.Split(500).Start()
+	assert.NoError(t, err)
+}
