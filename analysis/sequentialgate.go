@@ -243,6 +243,9 @@ type counter struct {
 	looks    []float64
 	// sampled is whether the series has a sample in the range.
 	sampled bool
+	// group names the series' labels but its histogram bound: a
+	// histogram's buckets share it.
+	group string
 }
 
 // increases cuts each series of the matrix into looks. A sample is put at
@@ -264,6 +267,11 @@ func increases(m model.Matrix, r promv1.Range, lead int) []counter {
 		}
 		c := counter{workload: string(s.Metric["destination_workload"]), caller: string(s.Metric["source_workload"]),
 			code: string(s.Metric["response_code"]), le: string(s.Metric["le"]), looks: make([]float64, steps)}
+		if c.le != "" {
+			g := s.Metric.Clone()
+			delete(g, "le")
+			c.group = g.String()
+		}
 		last, seen := 0.0, false
 		for _, p := range s.Values {
 			k := int(math.Round(float64(p.Timestamp.Time().Sub(r.Start)) / float64(r.Step)))

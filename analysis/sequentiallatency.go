@@ -30,43 +30,81 @@ func (SequentialLatency) query(selector string) string {
 }
 
 func (l SequentialLatency) prepare(history []counter) (func([]counter, map[string]bool) []sequential.Counts, string, error) {
-	// Each bucket's count over the history, every workload of the query
-	// together, by its bound's value: Prometheus writes a bound "100" or
-	// "100.0" depending on its version and the scrape's format.
-	seen := map[float64]float64{}
+	// Each histogram's bounds, and each bound's count over the history by
+	// its value: Prometheus writes a bound "100" or "100.0" depending on
+	// its version and the scrape's format.
+	bounds := map[string]map[float64]float64{} // group -> bound -> count
 	for _, c := range history {
 		le, ok := bucketBound(c.le)
 		if !ok {
 			continue
 		}
+		if bounds[c.group] == nil {
+			bounds[c.group] = map[float64]float64{}
+		}
 		for _, v := range c.looks {
-			seen[le] += v
+			bounds[c.group][le] += v
+		}
+	}
+	// The bound is chosen among those every histogram that served has: a
+	// workload whose proxies were given buckets of their own
+	// (sidecar.istio.io/statsHistogramBuckets) would otherwise read every
+	// answer as slower than a bound it has no bucket at.
+	var common map[float64]bool
+	seen := map[float64]float64{}
+	for _, b := range bounds {
+		if b[math.Inf(1)] <= 0 {
+			continue
+		}
+		has := map[float64]bool{}
+		for le, n := range b {
+			has[le] = true
+			seen[le] += n
+		}
+		if common == nil {
+			common = has
+			continue
+		}
+		for le := range common {
+			if !has[le] {
+				delete(common, le)
+			}
 		}
 	}
 	total := seen[math.Inf(1)]
 	if total <= 0 {
 		return nil, "", errors.New("no request before the restart to place the p99 on")
 	}
-	var bounds []float64
-	for le := range seen {
+	var finite []float64
+	for le := range common {
 		if !math.IsInf(le, 1) {
-			bounds = append(bounds, le)
+			finite = append(finite, le)
 		}
 	}
-	if len(bounds) == 0 {
-		return nil, "", errors.New("the request-duration histogram has no finite bucket")
+	if len(finite) == 0 {
+		return nil, "", errors.New("the request-duration histograms of the workloads share no finite bucket bound")
 	}
-	slices.Sort(bounds)
-	at := bounds[len(bounds)-1]
-	for _, b := range bounds {
+	slices.Sort(finite)
+	at := finite[len(finite)-1]
+	for _, b := range finite {
 		if total-seen[b] <= (1-l.Quantile)*total {
 			at = b
 			break
 		}
 	}
 	return func(cs []counter, names map[string]bool) []sequential.Counts {
-		// Slower than the bound: every request less those in its bucket.
-		all := lookCounts(cs, names, func(c counter) (bool, bool) { le, ok := bucketBound(c.le); return ok && math.IsInf(le, 1), false })
+		// Only histograms with a bucket at the bound count: slower than it
+		// is every request less those in its bucket.
+		at0 := map[string]bool{}
+		for _, c := range cs {
+			if le, ok := bucketBound(c.le); ok && le == at {
+				at0[c.group] = true
+			}
+		}
+		all := lookCounts(cs, names, func(c counter) (bool, bool) {
+			le, ok := bucketBound(c.le)
+			return ok && math.IsInf(le, 1) && at0[c.group], false
+		})
 		fast := lookCounts(cs, names, func(c counter) (bool, bool) { le, ok := bucketBound(c.le); return ok && le == at, false })
 		for k := range all {
 			all[k].Errors = math.Max(0, all[k].Requests-fast[k].Requests)

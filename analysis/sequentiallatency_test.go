@@ -116,3 +116,36 @@ func TestALatencyBoundIsReadByItsValueNotItsSpelling(t *testing.T) {
 	assert.NotEqual(t, canary.ResultFail, v.Result, v.Reason)
 	assert.Contains(t, v.Reason, "share slower than 100ms 0.50% (3/600)", "three looks: the fourth is a step from now")
 }
+
+// Proxies given buckets of their own (sidecar.istio.io/statsHistogramBuckets)
+// may lack the bound the others' p99 falls at: the bound is chosen among
+// those every histogram has, and with none in common the check says so
+// rather than reading every answer as slower.
+func TestTheLatencyBoundIsOneEveryHistogramHas(t *testing.T) {
+	m, r := latencyWorld(t0, 4, 199)
+	var without100 model.Matrix
+	for _, s := range m {
+		if s.Metric["destination_workload"] == "reviews" && s.Metric["le"] == "100" {
+			continue // reviews has no 100 ms bucket
+		}
+		without100 = append(without100, s)
+	}
+	v := newLatencyGate(t, &rangeProm{matrix: without100}).Evaluate(context.Background(), movedWave(t0), r.End)
+	assert.NotEqual(t, canary.ResultFail, v.Result, v.Reason)
+	assert.Contains(t, v.Reason, "share slower than 250ms 0.00% (", "100 ms is not a bound of every histogram: 250 ms is the first that is")
+
+	for _, s := range m {
+		if s.Metric["destination_workload"] == "reviews" && s.Metric["le"] == "250" {
+			s.Metric["le"] = "300"
+		}
+	}
+	var none model.Matrix
+	for _, s := range m {
+		if s.Metric["destination_workload"] != "reviews" || s.Metric["le"] == "300" || s.Metric["le"] == "+Inf" {
+			none = append(none, s)
+		}
+	}
+	v = newLatencyGate(t, &rangeProm{matrix: none}).Evaluate(context.Background(), movedWave(t0), r.End)
+	assert.Equal(t, canary.ResultInconclusive, v.Result)
+	assert.Equal(t, "the request-duration histograms of the workloads share no finite bucket bound", v.Reason)
+}
