@@ -61,7 +61,8 @@ type decided struct {
 	in Input
 	d  Decision
 	// wave is WaveToVerify's wave, when it returned one, and verdict the
-	// verdict chain given ("pass", "fail", "inconclusive"; "" for none).
+	// verdict chain given ("pass", "final pass", "fail", "inconclusive"; ""
+	// for none).
 	wave    *WaveUnderTest
 	verdict string
 	// full is true when every write was made; false when the agent
@@ -154,8 +155,8 @@ type verdictChoice struct {
 
 // verdictChoices are the answers the gates may give for wave: a pass only
 // when every member's pods run the revision it expects (the rollout and
-// injection gates check that), a failure of its first member, or an
-// inconclusive sync check. Without a wave, the decision gets no verdicts.
+// injection gates check that), and then also a sequential check's final
+// pass, a failure of its first member, or an inconclusive sync check. Without a wave, the decision gets no verdicts.
 func verdictChoices(wave WaveUnderTest, ok bool, now time.Time) []verdictChoice {
 	if !ok {
 		return []verdictChoice{{}}
@@ -173,6 +174,9 @@ func verdictChoices(wave WaveUnderTest, ok bool, now time.Time) []verdictChoice 
 		out = append(out, verdictChoice{"pass", []Verdict{
 			{Gate: "rollout", Result: ResultPass, Reason: "rolled out", At: now},
 			{Gate: "injection", Result: ResultPass, Reason: "every new pod runs " + wave.Expect, At: now},
+		}}, verdictChoice{"final pass", []Verdict{
+			{Gate: "rollout", Result: ResultPass, Reason: "rolled out", At: now},
+			{Gate: "error-rate", Result: ResultPass, Reason: "evidence of health 41 of 40: pass", Analysis: true, Checked: true, Final: true, At: now},
 		}})
 	}
 	first := wave.Workloads[0].Name
@@ -309,7 +313,7 @@ func (x *exploration) carryOut(c *cluster, i int, now time.Time, in *decided, la
 	d := dd.d
 	// The gates passed the wave, or its failure was tolerated (the
 	// Continue policy): the next wave may start.
-	if w := dd.wave; w != nil && !w.Rollback && dd.in.Status != nil && (dd.verdict == "pass" || hasEvent(d, "FailureTolerated")) {
+	if w := dd.wave; w != nil && !w.Rollback && dd.in.Status != nil && (dd.verdict == "pass" || dd.verdict == "final pass" || hasEvent(d, "FailureTolerated")) {
 		ns.passed[fmt.Sprintf("%s#%d", dd.in.Status.MigrationID(), w.Wave)] = true
 	}
 	if err := applyNamespaceWrite(ns, d); err != nil {
