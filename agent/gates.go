@@ -330,7 +330,7 @@ func (c ModeCheck) validate(key string) []error {
 			key string
 			d   time.Duration
 		}{{"history", q.History.D()}, {"maxDuration", q.MaxDuration.D()}} {
-			lead := time.Duration(max(1, int((5*time.Minute+step-1)/step)))
+			lead := time.Duration(analysis.LeadInSteps(step))
 			if n := d.d / step; n < 2 || n+lead >= analysis.MaxRangePoints {
 				bad(key+d.key, d.d, fmt.Sprintf("from two steps (%s) to %d of them: a look is a whole step on the epoch's grid, and each run reads it with one range query of at most %d points, five minutes of lead-in included", step, analysis.MaxRangePoints-1-int(lead), analysis.MaxRangePoints))
 			}

@@ -17,9 +17,6 @@ import (
 
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/common/model"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/meshwave/meshwave/canary"
 )
@@ -372,32 +369,12 @@ func (g *MetricGate) run(ctx context.Context, wave canary.WaveUnderTest, now tim
 		ctx, cancel = context.WithTimeout(ctx, g.QueryTimeout)
 		defer cancel()
 	}
-	ctx, span := trace.SpanFromContext(ctx).TracerProvider().Tracer("github.com/meshwave/meshwave/analysis").
-		Start(ctx, "promql "+g.Check.Name, trace.WithAttributes(attribute.String("db.query.text", q), attribute.String("meshwave.check", g.Check.Name)))
-	val, warnings, _, err := g.Prometheus.Query(ctx, q, now)
-	switch {
-	case err != nil:
-		span.SetStatus(codes.Error, err.Error())
-	case len(warnings) > 0:
-		span.SetStatus(codes.Error, "warnings: "+strings.Join(warnings, "; "))
-	}
-	span.End()
-	if err != nil {
-		return canary.Verdict{Result: canary.ResultInconclusive, Reason: "Prometheus did not answer: " + clip(err.Error())}
-	}
-	// Thanos and Cortex answer with warnings when a store did not answer:
-	// the vector may lack the very series that would fail, so it is judged
-	// neither way.
-	if len(warnings) > 0 {
-		return canary.Verdict{Result: canary.ResultInconclusive, Reason: "Prometheus's answer may be incomplete: " + clipWarnings(warnings)}
-	}
-	vec, ok := val.(model.Vector)
-	if !ok {
-		kind := "nothing"
-		if val != nil {
-			kind = "a " + val.Type().String()
-		}
-		return canary.Verdict{Result: canary.ResultInconclusive, Reason: fmt.Sprintf("the query returned %s, not a vector", kind)}
+	vec, v := ask[model.Vector](ctx, g.Check.Name, q, func(ctx context.Context) (model.Value, promv1.Warnings, error) {
+		val, warnings, _, err := g.Prometheus.Query(ctx, q, now)
+		return val, warnings, err
+	})
+	if v != nil {
+		return *v
 	}
 	return g.Judge(wave, vec)
 }

@@ -13,9 +13,6 @@ import (
 
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/common/model"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/meshwave/meshwave/analysis/sequential"
 	"github.com/meshwave/meshwave/canary"
@@ -70,7 +67,7 @@ func NewSequentialGate(m SequentialMeasure, t sequential.ErrorTest, q RangeQueri
 			what string
 			d    time.Duration
 		}{{"a history", history}, {"a maximum duration", maxDuration}} {
-			lead := time.Duration(max(1, int((5*time.Minute+step-1)/step)))
+			lead := time.Duration(LeadInSteps(step))
 			if n := d.d / step; n < 2 || n+lead >= MaxRangePoints {
 				errs = append(errs, fmt.Errorf("%s of %s is not from two steps of %s to %d of them (a look is a whole step on the epoch's grid; Prometheus answers a range query, five minutes of lead-in included, of at most %d points)", d.what, d.d, step, MaxRangePoints-1-int(lead), MaxRangePoints))
 			}
@@ -155,13 +152,15 @@ func (g *SequentialGate) ranges(restart, ready, now time.Time) (history, looks p
 
 func mod(a, b int64) int64 { return ((a % b) + b) % b }
 
-// leadIn is how many steps before each range a run also reads: Prometheus's
-// five-minute lookback, at least one step. A series with a sample there
-// takes it as its baseline, so one that only missed the range's first step
-// (a failed scrape) is not taken for a new one.
-func (g *SequentialGate) leadIn() int {
-	return max(1, int((5*time.Minute+g.Step-1)/g.Step))
+// LeadInSteps is how many steps before each range a run also reads:
+// Prometheus's five-minute lookback, at least one step. A series with a
+// sample there takes it as its baseline, so one that only missed the
+// range's first step (a failed scrape) is not taken for a new one.
+func LeadInSteps(step time.Duration) int {
+	return max(1, int((5*time.Minute+step-1)/step))
 }
+
+func (g *SequentialGate) leadIn() int { return LeadInSteps(g.Step) }
 
 // withLeadIn is r begun leadIn steps earlier.
 func (g *SequentialGate) withLeadIn(r promv1.Range) promv1.Range {
@@ -208,30 +207,12 @@ func (g *SequentialGate) run(ctx context.Context, wave canary.WaveUnderTest, now
 	return g.Judge(wave, ms[0], hr, ms[1], lr, ready, now)
 }
 
-// query runs one range query, traced; a verdict when it failed.
+// query runs one range query; a verdict when it failed.
 func (g *SequentialGate) query(ctx context.Context, q string, r promv1.Range) (model.Matrix, *canary.Verdict) {
-	ctx, span := trace.SpanFromContext(ctx).TracerProvider().Tracer("github.com/meshwave/meshwave/analysis").
-		Start(ctx, "promql "+g.Name(), trace.WithAttributes(attribute.String("db.query.text", q), attribute.String("meshwave.check", g.Name())))
-	val, warnings, _, err := g.Prometheus.QueryRange(ctx, q, r)
-	if err != nil {
-		span.SetStatus(codes.Error, err.Error())
-	}
-	span.End()
-	switch {
-	case err != nil:
-		return nil, &canary.Verdict{Result: canary.ResultInconclusive, Reason: "Prometheus did not answer: " + clip(err.Error())}
-	case len(warnings) > 0:
-		return nil, &canary.Verdict{Result: canary.ResultInconclusive, Reason: "Prometheus's answer may be incomplete: " + clipWarnings(warnings)}
-	}
-	m, ok := val.(model.Matrix)
-	if !ok {
-		kind := "nothing"
-		if val != nil {
-			kind = "a " + val.Type().String()
-		}
-		return nil, &canary.Verdict{Result: canary.ResultInconclusive, Reason: fmt.Sprintf("the query returned %s, not a matrix", kind)}
-	}
-	return m, nil
+	return ask[model.Matrix](ctx, g.Name(), q, func(ctx context.Context) (model.Value, promv1.Warnings, error) {
+		val, warnings, _, err := g.Prometheus.QueryRange(ctx, q, r)
+		return val, warnings, err
+	})
 }
 
 // counter is one series of a matrix, cut into what it counted in each
