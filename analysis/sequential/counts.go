@@ -16,6 +16,12 @@ type Counts struct {
 // over the same interval).
 type Look struct {
 	Treatment, Control Counts
+	// Own is what the treatment's own workload served over the interval on
+	// its pods not yet replaced (a rolling restart in progress, an OnDelete
+	// workload between evictions). Only a test against its history reads
+	// it: there, a look in which both the moved pods and these served is
+	// held to them, and the others to the history's control.
+	Own Counts
 }
 
 // valid reports what is wrong with counts that no counter could give.

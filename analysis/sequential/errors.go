@@ -133,6 +133,17 @@ type ErrorProcess struct {
 	failAt, passRatioAt, passFloorAt float64
 	looks                            int
 	treatment, control               Counts
+	// ownFail and ownPass hold the looks in which the workload's own pods
+	// not yet replaced served beside the moved ones (Look.Own), against
+	// (1 + Tolerance) times their ratio; nil for a concurrent test, whose
+	// control is already that. A look is paid to them or to the history's
+	// processes, never to both: whether the old pods served is in the
+	// look's requests, which every factor is conditioned on, so each look's
+	// factor is still an e-value against "healthy next to what it was held
+	// to", and their product an e-process.
+	ownFail, ownPass  *ratioProcess
+	ownLooks          int
+	ownTreatment, own Counts
 }
 
 // Start begins the evidence against a Concurrent control, with no look
@@ -155,6 +166,11 @@ func (t ErrorTest) Start() (*ErrorProcess, error) {
 // before the restart: history holds the looks of that time, the treatment
 // being the workload's pods then (on the source revision) and the control
 // the namespace's workloads not yet moved, if there are any.
+//
+// A later look in which the workload's own pods not yet replaced served
+// beside its moved ones (Look.Own) is held to those pods instead, as
+// Start's test would hold it: they run the same code on the source
+// revision at the same time, the best control there is.
 //
 // The control is Others when the history bounds the split's ratio from
 // above, else Past: the choice reads only the history, before the first
@@ -181,6 +197,7 @@ func (t ErrorTest) StartAgainstHistory(history []Look) (*ErrorProcess, error) {
 		test:      t,
 		floorFail: &floorProcess{f: t.Floor, up: true}, floorPass: &floorProcess{f: t.Floor},
 		failAt: math.Log(2 / t.Alpha), passRatioAt: math.Log(4 / t.Alpha), passFloorAt: math.Log(2 / t.Alpha),
+		ownFail: &ratioProcess{rho0: rho0, up: true}, ownPass: &ratioProcess{rho0: rho0},
 	}
 	if hi := ratioUpper(history, t.Alpha/4); !math.IsInf(hi, 1) {
 		lo := ratioLower(history, t.Alpha/8)
@@ -224,17 +241,45 @@ func (e *ErrorProcess) Observe(l Look) error {
 	if err := l.Control.valid(); err != nil {
 		return fmt.Errorf("control: %w", err)
 	}
+	if err := l.Own.valid(); err != nil {
+		return fmt.Errorf("own pods not yet replaced: %w", err)
+	}
+	e.looks++
+	e.treatment = e.treatment.Add(l.Treatment)
+	e.floorFail.observe(l)
+	e.floorPass.observe(l)
+	if e.ownFail != nil && l.Own.Requests > 0 && l.Treatment.Requests > 0 {
+		own := Look{Treatment: l.Treatment, Control: l.Own}
+		e.ownFail.observe(own)
+		e.ownPass.observe(own)
+		e.ownLooks++
+		e.ownTreatment, e.own = e.ownTreatment.Add(l.Treatment), e.own.Add(l.Own)
+		return nil
+	}
 	if e.against == Past {
 		// Only the workload's own history counts: pods measured at the same
 		// time are not its control.
 		l.Control = Counts{}
 	}
-	for _, p := range []process{e.ratioFail, e.ratioPass, e.floorFail, e.floorPass} {
-		p.observe(l)
-	}
-	e.looks++
-	e.treatment, e.control = e.treatment.Add(l.Treatment), e.control.Add(l.Control)
+	e.ratioFail.observe(l)
+	e.ratioPass.observe(l)
+	e.control = e.control.Add(l.Control)
 	return nil
+}
+
+// OwnLooks are the looks held to the workload's own pods not yet replaced,
+// with what the moved pods and those pods served in them.
+func (e *ErrorProcess) OwnLooks() (looks int, treatment, own Counts) {
+	return e.ownLooks, e.ownTreatment, e.own
+}
+
+// ratioEvidence is a ratio process's evidence with that of the looks held
+// to the workload's own old pods, which test the same side.
+func (e *ErrorProcess) ratioEvidence(p process, own *ratioProcess) float64 {
+	if own == nil {
+		return p.evidence()
+	}
+	return p.evidence() + own.evidence()
 }
 
 // Control is what the workload was held against.
@@ -243,21 +288,22 @@ func (e *ErrorProcess) Control() Control { return e.against }
 // FailEvidence is the evidence against "healthy", as a natural log, and
 // the log threshold at which the wave fails.
 func (e *ErrorProcess) FailEvidence() (evidence, threshold float64) {
-	return math.Min(e.ratioFail.evidence(), e.floorFail.evidence()), e.failAt
+	return math.Min(e.ratioEvidence(e.ratioFail, e.ownFail), e.floorFail.evidence()), e.failAt
 }
 
 // PassEvidence is the larger of the evidence against "unhealthy" of the
 // ratio and of the floor, each as a natural log less its threshold: the
 // wave passes when it reaches 0.
 func (e *ErrorProcess) PassEvidence() float64 {
-	return math.Max(e.ratioPass.evidence()-e.passRatioAt, e.floorPass.evidence()-e.passFloorAt)
+	return math.Max(e.ratioEvidence(e.ratioPass, e.ownPass)-e.passRatioAt, e.floorPass.evidence()-e.passFloorAt)
 }
 
 // HealthEvidence is the larger of the evidence against "unhealthy" of the
 // ratio and of the floor, as a natural log, with that part's threshold.
 func (e *ErrorProcess) HealthEvidence() (evidence, threshold float64) {
-	if r, f := e.ratioPass.evidence()-e.passRatioAt, e.floorPass.evidence()-e.passFloorAt; r >= f {
-		return e.ratioPass.evidence(), e.passRatioAt
+	r := e.ratioEvidence(e.ratioPass, e.ownPass)
+	if r-e.passRatioAt >= e.floorPass.evidence()-e.passFloorAt {
+		return r, e.passRatioAt
 	}
 	return e.floorPass.evidence(), e.passFloorAt
 }
@@ -277,5 +323,6 @@ func (e *ErrorProcess) Decision() Decision {
 // Looks is how many looks were observed.
 func (e *ErrorProcess) Looks() int { return e.looks }
 
-// Totals are the arms' counts over every look.
+// Totals are the treatment's counts over every look, and the control's
+// over the looks held to it (not those held to the workload's own pods).
 func (e *ErrorProcess) Totals() (treatment, control Counts) { return e.treatment, e.control }
