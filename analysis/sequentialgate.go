@@ -28,9 +28,10 @@ var _ RangeQuerier = promv1.API(nil)
 // SequentialGate judges each of the wave's workloads by the anytime-valid
 // test of package sequential: the share of its requests that went wrong
 // (a 5xx answer, or for latency an answer slower than the history's p99)
-// against the history before its restart, looked at after every step.
-// Each run
-// replays every look from Prometheus, the history's and the wave's, so
+// against its pods not yet replaced while they serve beside the moved
+// ones, else against the history before its restart, looked at after
+// every step from the restart on. Each run replays every look from
+// Prometheus, the history's and the wave's, so
 // the verdict depends on nothing the agent kept: another replica, or the
 // same one after a restart, reaches the same one. The first look at which
 // a workload's evidence crossed a bound decides it, and later looks do
@@ -127,9 +128,12 @@ const MaxRangePoints = 11000
 // ranges are where a run reads, on a grid of Step from the Unix epoch, as
 // query frontends align a range: the history, from History before the
 // restart to the last step at or before it, and the looks, from the first
-// step at or after the wave was up (or restarted, if later) to a step
-// before now, so that a scrape of the last step is in before it is read,
-// and at most MaxDuration. ok is false while no look is complete.
+// step at or after the restart to a step before now, so that a scrape of
+// the last step is in before it is read, and at most MaxDuration after the
+// wave was up (or restarted, if later). The looks start at the restart so
+// that those of the rollout, when the moved pods served beside those not
+// yet replaced, are counted; a rollout longer than a range query may hold
+// loses its first looks. ok is false while no look is complete.
 func (g *SequentialGate) ranges(restart, ready, now time.Time) (history, looks promv1.Range, ok bool) {
 	down := func(t time.Time) time.Time { return time.Unix(0, t.UnixNano()-mod(t.UnixNano(), int64(g.Step))).UTC() }
 	up := func(t time.Time) time.Time {
@@ -146,7 +150,10 @@ func (g *SequentialGate) ranges(restart, ready, now time.Time) (history, looks p
 	if last := ready.Add(g.MaxDuration); end.After(last) {
 		end = last
 	}
-	looks = promv1.Range{Start: up(ready), End: down(end), Step: g.Step}
+	looks = promv1.Range{Start: up(restart), End: down(end), Step: g.Step}
+	if most := time.Duration(MaxRangePoints-1-g.leadIn()) * g.Step; looks.End.Sub(looks.Start) > most {
+		looks.Start = looks.End.Add(-most)
+	}
 	return history, looks, looks.End.After(looks.Start)
 }
 
@@ -219,6 +226,12 @@ func (g *SequentialGate) query(ctx context.Context, q string, r promv1.Range) (m
 // look: look k (1 ≤ k < steps) is the time from step k-1 to step k.
 type counter struct {
 	workload, caller string
+	// pod is the pod the series was scraped from, as Istio's pod
+	// relabelling names it; "" without it.
+	pod string
+	// first is the time of the series' first sample, the lead-in's
+	// included; zero without one.
+	first time.Time
 	// code and le are the series' response code and histogram bound.
 	code, le string
 	looks    []float64
@@ -247,7 +260,7 @@ func increases(m model.Matrix, r promv1.Range, lead int) []counter {
 			continue
 		}
 		c := counter{workload: string(s.Metric["destination_workload"]), caller: string(s.Metric["source_workload"]),
-			code: string(s.Metric["response_code"]), le: string(s.Metric["le"]), looks: make([]float64, steps)}
+			pod: string(s.Metric["pod"]), code: string(s.Metric["response_code"]), le: string(s.Metric["le"]), looks: make([]float64, steps)}
 		if c.le != "" {
 			g := s.Metric.Clone()
 			delete(g, "le")
@@ -269,6 +282,9 @@ func increases(m model.Matrix, r promv1.Range, lead int) []counter {
 			}
 			if k >= 0 {
 				c.sampled = true
+			}
+			if !seen {
+				c.first = p.Timestamp.Time()
 			}
 			last, seen = v, true
 		}
@@ -326,14 +342,20 @@ type workloadEvidence struct {
 	treatment           sequential.Counts // since the wave was up, to the decision
 	controlAfter        sequential.Counts
 	before, others      sequential.Counts // before the restart
-	err                 error
+	// The looks held to the workload's pods not yet replaced, and what
+	// its moved pods and those served in them.
+	oldLooks          int
+	oldTreatment, old sequential.Counts
+	err               error
 }
 
 // Judge replays, for each of the wave's workloads, the looks of the
 // history's matrix and then of the looks' matrix (range queries over hr
 // and lr), and gives the wave's verdict: a fail when any workload failed,
 // a final pass when every one passed, Inconclusive once MaxDuration is
-// over with neither, and Pending before. The control is the workloads not
+// over with neither, and Pending before. A look in which a workload's
+// pods not yet replaced served beside its moved ones is held to them
+// (splitOld); every other look to the history's control: the workloads not
 // yet moved that neither call one of the wave's nor are called by one,
 // directly or not, as the history shows: the control is chosen from the
 // history alone, so later looks never change it.
@@ -359,7 +381,8 @@ func (g *SequentialGate) Judge(wave canary.WaveUnderTest, hm model.Matrix, hr pr
 	var results []workloadEvidence
 	for _, w := range wave.Workloads {
 		me := map[string]bool{w.ObjectName(): true}
-		ev := g.replay(test, w.Name, count(hist, me), histControl, count(looks, me), lookControl)
+		moved, old := splitOld(looks, lr, w, wave.Expect, restartOf(wave), hist)
+		ev := g.replay(test, w.Name, count(hist, me), histControl, count(moved, me), count(old, me), lookControl)
 		ev.noun = noun
 		results = append(results, ev)
 	}
@@ -368,7 +391,7 @@ func (g *SequentialGate) Judge(wave canary.WaveUnderTest, hm model.Matrix, hr pr
 
 // replay runs one workload's test: the history's looks, then the wave's.
 // The first step of each range is its baseline and counts nothing.
-func (g *SequentialGate) replay(test sequential.ErrorTest, name string, histT, histC, lookT, lookC []sequential.Counts) workloadEvidence {
+func (g *SequentialGate) replay(test sequential.ErrorTest, name string, histT, histC, lookT, lookOld, lookC []sequential.Counts) workloadEvidence {
 	out := workloadEvidence{name: name}
 	var history []sequential.Look
 	for k := 1; k < len(histT); k++ {
@@ -383,7 +406,11 @@ func (g *SequentialGate) replay(test sequential.ErrorTest, name string, histT, h
 	}
 	out.control = e.Control()
 	for k := 1; k < len(lookT); k++ {
-		if err := e.Observe(sequential.Look{Treatment: lookT[k], Control: lookC[k]}); err != nil {
+		l := sequential.Look{Treatment: lookT[k], Control: lookC[k]}
+		if k < len(lookOld) {
+			l.Own = lookOld[k]
+		}
+		if err := e.Observe(l); err != nil {
 			out.err = err
 			return out
 		}
@@ -394,6 +421,7 @@ func (g *SequentialGate) replay(test sequential.ErrorTest, name string, histT, h
 	out.evidence, out.bound = e.FailEvidence()
 	out.health, out.healthBound = e.HealthEvidence()
 	out.treatment, out.controlAfter = e.Totals()
+	out.oldLooks, out.oldTreatment, out.old = e.OwnLooks()
 	return out
 }
 
@@ -409,7 +437,7 @@ func (g *SequentialGate) verdict(wave canary.WaveUnderTest, results []workloadEv
 		}
 		why := describe(w)
 		meas := canary.Measurement{Check: g.Name(), Workload: w.name, Value: ratio(w.treatment), Baseline: ptr(ratio(w.before)),
-			Evidence: ptr(finiteExp(w.evidence)), EvidenceBound: ptr(finiteExp(w.bound)), Control: w.control.String()}
+			Evidence: ptr(finiteExp(w.evidence)), EvidenceBound: ptr(finiteExp(w.bound)), Control: w.controlName()}
 		switch w.decision {
 		case sequential.Fail:
 			meas.Result = canary.ResultFail
@@ -452,6 +480,9 @@ func (g *SequentialGate) verdict(wave canary.WaveUnderTest, results []workloadEv
 func describe(w workloadEvidence) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s", w.noun, counts(w.treatment))
+	if w.oldLooks > 0 {
+		fmt.Fprintf(&b, ", %s of it against its pods not yet replaced's %s in the %d looks both served,", counts(w.oldTreatment), counts(w.old), w.oldLooks)
+	}
 	switch w.control {
 	case sequential.Others:
 		fmt.Fprintf(&b, " against the control's %s, %s and %s before the restart", counts(w.controlAfter), counts(w.before), counts(w.others))
@@ -460,13 +491,23 @@ func describe(w workloadEvidence) string {
 	default:
 		fmt.Fprintf(&b, " against the control's %s", counts(w.controlAfter))
 	}
-	fmt.Fprintf(&b, "; control: %s; ", w.control)
+	fmt.Fprintf(&b, "; control: %s; ", w.controlName())
 	if w.decision == sequential.Pass {
 		fmt.Fprintf(&b, "evidence of health %.3g of %.3g", finiteExp(w.health), finiteExp(w.healthBound))
 	} else {
 		fmt.Fprintf(&b, "evidence %.3g of %.3g", finiteExp(w.evidence), finiteExp(w.bound))
 	}
 	return b.String()
+}
+
+// controlName says what the workload was held against: its pods not yet
+// replaced for the looks in which they served, the history's control for
+// the others.
+func (w workloadEvidence) controlName() string {
+	if w.oldLooks == 0 {
+		return w.control.String()
+	}
+	return fmt.Sprintf("%s in %d looks, else %s", sequential.Concurrent, w.oldLooks, w.control)
 }
 
 // counts writes an arm's error ratio and what it stands on: 31.00% (93/300).

@@ -260,9 +260,10 @@ func TestASeriesThatLeavesDoesNotReadAsAResetOfItsWorkload(t *testing.T) {
 }
 
 // The ranges are on a grid of the step from the Unix epoch, as a query
-// frontend aligns them, whatever the step; the looks begin once the wave
-// is up, and never before its restart.
-func TestTheRangesAreOnTheEpochsGridAndTheLooksNeverBeforeTheRestart(t *testing.T) {
+// frontend aligns them, whatever the step; the looks begin at the
+// restart, so that the rollout's are counted, never before it, and end
+// MaxDuration after the wave is up.
+func TestTheRangesAreOnTheEpochsGridAndTheLooksBeginAtTheRestart(t *testing.T) {
 	g, err := NewSequentialGate(SequentialErrors{}, defaultSequential, nil, 7*time.Second, 10*time.Minute, 15*time.Minute, 0)
 	require.NoError(t, err)
 	restart := time.Unix(1_800_000_003, 0).UTC()
@@ -273,10 +274,28 @@ func TestTheRangesAreOnTheEpochsGridAndTheLooksNeverBeforeTheRestart(t *testing.
 	}
 	assert.Equal(t, time.Unix(1_800_000_003-600+1, 0).UTC(), h.Start, "the first step in the history")
 	assert.Equal(t, time.Unix(1_799_999_999, 0).UTC(), h.End, "the last step at or before the restart")
-	assert.Equal(t, time.Unix(1_800_000_027, 0).UTC(), l.Start, "the first step once the wave is up")
+	assert.Equal(t, time.Unix(1_800_000_006, 0).UTC(), l.Start, "the first step at or after the restart")
+	assert.Equal(t, time.Unix(1_800_000_055, 0).UTC(), l.End, "a step before now")
 
 	_, l, _ = g.ranges(restart, restart.Add(-time.Hour), restart.Add(time.Minute))
 	assert.Equal(t, time.Unix(1_800_000_006, 0).UTC(), l.Start, "a wave up before its restart is read from its restart")
+
+	ready := restart.Add(time.Hour)
+	_, l, _ = g.ranges(restart, ready, ready.Add(time.Hour))
+	assert.Equal(t, time.Unix(1_800_004_500, 0).UTC(), l.End, "the last step at or before MaxDuration after the wave was up")
+}
+
+// A rollout longer than a range query can hold (11,000 steps, the lead-in
+// included) loses its first looks, never its last.
+func TestALongRolloutsLooksFitOneRangeQuery(t *testing.T) {
+	g, err := NewSequentialGate(SequentialErrors{}, defaultSequential, nil, time.Second, 10*time.Minute, 15*time.Minute, 0)
+	require.NoError(t, err)
+	restart := time.Unix(1_800_000_000, 0).UTC()
+	ready := restart.Add(5 * time.Hour)
+	_, l, ok := g.ranges(restart, ready, ready.Add(time.Minute))
+	require.True(t, ok)
+	assert.Equal(t, ready.Add(time.Minute-time.Second), l.End)
+	assert.Equal(t, MaxRangePoints-LeadInSteps(time.Second), int(l.End.Sub(l.Start)/l.Step)+1, "steps in the looks' range")
 }
 
 // Five members gathering evidence are listed before the one that failed:
