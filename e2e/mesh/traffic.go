@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	corev1listers "k8s.io/client-go/listers/core/v1"
 )
 
@@ -91,13 +92,21 @@ type Traffic struct {
 	// without the pod: see recordLocked.
 	durations map[seriesKey]*series
 	last      time.Time
+	// incarnations are the UIDs of the pods that have series: a pod
+	// recreated under the same name (a StatefulSet's) runs a new proxy,
+	// whose counters start again from nothing.
+	incarnations map[podRef]types.UID
 }
+
+// podRef names a pod.
+type podRef struct{ namespace, name string }
 
 func newTraffic(pods corev1listers.PodLister, defaultRate float64) *Traffic {
 	return &Traffic{
 		pods: pods, rateAll: defaultRate,
 		rate: map[WorkloadRef]float64{}, behaviors: map[behaviorKey]Behavior{},
 		routes: map[WorkloadRef][]WorkloadRef{}, series: map[seriesKey]*series{}, durations: map[seriesKey]*series{},
+		incarnations: map[podRef]types.UID{},
 	}
 }
 
@@ -196,6 +205,7 @@ func (t *Traffic) advanceLocked(now time.Time) {
 	if dt <= 0 {
 		return
 	}
+	t.forgetGoneLocked()
 	mesh := t.meshPods()
 	for dest, pods := range mesh {
 		rate, ok := t.rate[dest]
@@ -234,6 +244,43 @@ func (t *Traffic) advanceLocked(now time.Time) {
 	}
 }
 
+// forgetGoneLocked drops the series of every pod that is gone or was
+// recreated under its name since they began, as a proxy's counters go
+// with its pod.
+func (t *Traffic) forgetGoneLocked() {
+	pods, err := t.pods.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	live := make(map[podRef]types.UID, len(pods))
+	for _, p := range pods {
+		live[podRef{p.Namespace, p.Name}] = p.UID
+	}
+	gone := map[podRef]bool{}
+	for ref, uid := range t.incarnations {
+		if live[ref] != uid {
+			gone[ref] = true
+			delete(t.incarnations, ref)
+		}
+	}
+	if len(gone) == 0 {
+		return
+	}
+	for k := range t.series {
+		if gone[k.podRef()] {
+			delete(t.series, k)
+		}
+	}
+}
+
+// podRef is the pod whose proxy reports the series.
+func (k seriesKey) podRef() podRef {
+	if k.reporter == "source" {
+		return podRef{k.source.Namespace, k.pod}
+	}
+	return podRef{k.destination.Namespace, k.pod}
+}
+
 // recordLocked adds reqs requests, errRatio of them 503, with a latency
 // spread whose p99 is latencyMs: half at a quarter of it, 49% at half of it
 // and 1% at the full value.
@@ -252,6 +299,11 @@ func (t *Traffic) recordLocked(reporter, pod string, src, dest WorkloadRef, reqs
 		k := seriesKey{reporter: reporter, source: src, destination: dest, code: c.code, pod: pod}
 		if t.series[k] == nil {
 			t.series[k] = &series{}
+		}
+		if ref := k.podRef(); t.incarnations[ref] == "" {
+			if p, err := t.pods.Pods(ref.namespace).Get(ref.name); err == nil {
+				t.incarnations[ref] = p.UID
+			}
 		}
 		t.series[k].requests += n
 		// The histogram is kept per workload, not per pod: the exporter
