@@ -2,8 +2,15 @@ package tests
 
 import (
 	"fmt"
+	"regexp"
 	"testing"
 	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -81,8 +88,35 @@ func TestTheSequentialErrorCheckDecidesOnEvidence(t *testing.T) {
 		traffic.SetBehavior(mesh.WorkloadRef{Namespace: "surge", Name: w}, "", mesh.Behavior{ErrorRatio: 0.02, LatencyMs: 40})
 		traffic.SetRate(mesh.WorkloadRef{Namespace: "surge", Name: w}, 100)
 	}
+	// rolling's reviews has four pods, replaced one at a time, each new
+	// one 3 s in service before the next old one goes; ledger's is an
+	// OnDelete StatefulSet of three, which meshwave evicts one at a time
+	// once the last is Ready, and its controller recreates under the same
+	// names. Both break on
+	// 1-26, and their old pods serve beside the new ones meanwhile.
+	f.Given().Namespace("rolling", map[string]string{mesh.LabelRev: "1-25"}, nil).
+		Deployment("rolling", "reviews", fixture.Replicas(4), func(d *appsv1.Deployment) {
+			d.Spec.MinReadySeconds = 3
+			d.Spec.Strategy = appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType, RollingUpdate: &appsv1.RollingUpdateDeployment{
+				MaxSurge: ptr.To(intstr.FromInt32(1)), MaxUnavailable: ptr.To(intstr.FromInt32(0))}}
+		}).RolledOut("rolling")
+	ledger := fixture.NewStatefulSet("ledger", "reviews", 3, appsv1.OnDeleteStatefulSetStrategyType)
+	ledger.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr.To[int64](0)
+	f.Given().Namespace("ledger", map[string]string{mesh.LabelRev: "1-25"}, nil).StatefulSet(ledger)
+	f.WaitForStatefulSetRolledOut("ledger", "reviews")
+	// Each new pod of ledger is Ready 5 s after it was created, so that
+	// the next eviction waits and the old pods serve meanwhile.
+	f.World.Cluster.Kubelet.Probe("ledger", labels.SelectorFromSet(map[string]string{"app": "reviews"}), func(p *corev1.Pod) bool {
+		return time.Since(p.CreationTimestamp.Time) >= 5*time.Second
+	})
+	for _, ns := range []string{"rolling", "ledger"} {
+		traffic.SetBehavior(mesh.WorkloadRef{Namespace: ns, Name: "reviews"}, "1-26", mesh.Behavior{ErrorRatio: 0.3, LatencyMs: 40})
+		traffic.SetRate(mesh.WorkloadRef{Namespace: ns, Name: "reviews"}, 60)
+	}
 	waitForTraffic(t, f, "broken", 2)
 	waitForTraffic(t, f, "surge", 2)
+	waitForTraffic(t, f, "rolling", 1)
+	waitForTraffic(t, f, "ledger", 1)
 
 	// Today's mode: a 10 s window after a 10 s bake, a run every 2 s, two
 	// passes in a row.
@@ -100,8 +134,9 @@ func TestTheSequentialErrorCheckDecidesOnEvidence(t *testing.T) {
 	t.Logf("threshold mode: failed %s after the wave started, passed the last wave %s after it started", thresholdFail, thresholdPass)
 
 	cfg, q = withSequential(t, f)
+	cfg.Concurrency = 6
 	startAgentWith(t, f, cfg, newAPICounter(), "agent-2", agent.GateDeps{Prometheus: q})
-	for _, ns := range []string{"broken", "busy", "quiet", "surge"} {
+	for _, ns := range []string{"broken", "busy", "quiet", "surge", "rolling", "ledger"} {
 		optIn(f, ns, "1-26", 10)
 	}
 	// The surge comes once reviews, the first wave, is up on 1-26 and
@@ -118,15 +153,17 @@ func TestTheSequentialErrorCheckDecidesOnEvidence(t *testing.T) {
 		v, after := decidedAfter(t, st)
 		t.Logf("sequential: failed %s after the wave started: %s", after, v.Reason)
 		assert.Less(t, after, thresholdFail)
-		assert.Regexp(t, `^rolled back 1 workloads to 1-25: wave 1 failed: error-rate fail: reviews: error ratio 3\d\.\d\d% \(\d+/\d+\) against 0\.00% \(0/\d+\) before the restart; `+
-			`control: its own error ratio before the restart; evidence \S+ of 40: fail$`, st.Reason)
+		// reviews' two pods are replaced one at a time: a look may fall
+		// while an old one still serves beside a new one.
+		assert.Regexp(t, `^rolled back 1 workloads to 1-25: wave 1 failed: error-rate fail: reviews: error ratio 3\d\.\d\d% \(\d+/\d+\)`+ownLooks+` against 0\.00% \(0/\d+\) before the restart; `+
+			`control: (its pods not yet replaced in \d+ looks, else )?its own error ratio before the restart; evidence \S+ of 40: fail$`, st.Reason)
 		require.Len(t, v.Measurements, 1)
 		m := v.Measurements[0]
 		assert.Equal(t, canary.ResultFail, m.Result)
 		require.NotNil(t, m.Evidence)
 		assert.GreaterOrEqual(t, *m.Evidence, 40.0)
 		assert.Equal(t, 40.0, *m.EvidenceBound)
-		assert.Equal(t, "its own error ratio before the restart", m.Control)
+		assert.Regexp(t, `^(its pods not yet replaced in \d+ looks, else )?its own error ratio before the restart$`, m.Control)
 	})
 
 	t.Run("a busy healthy namespace passes each wave on one final pass, sooner", func(t *testing.T) {
@@ -135,12 +172,13 @@ func TestTheSequentialErrorCheckDecidesOnEvidence(t *testing.T) {
 		t.Logf("sequential: passed the last wave %s after it started: %s", after, v.Reason)
 		assert.Less(t, after, thresholdPass)
 		assert.True(t, v.Final)
-		assert.Regexp(t, `^details: error ratio 0\.00% \(0/\d+\) against 0\.00% \(0/\d+\) before the restart; control: its own error ratio before the restart; evidence of health \S+ of 40: pass$`, v.Reason)
+		assert.Regexp(t, `^details: error ratio 0\.00% \(0/\d+\)(, 0\.00% \(0/\d+\) of it against its pods not yet replaced's 0\.00% \(0/\d+\) in the \d+ looks both served,)? against 0\.00% \(0/\d+\) before the restart; `+
+			`control: (its pods not yet replaced in \d+ looks, else )?its own error ratio before the restart; evidence of health \S+ of 40: pass$`, v.Reason)
 	})
 
 	t.Run("a quiet namespace is inconclusive at the maximum duration, never a pass", func(t *testing.T) {
 		st := waitForPhase(f, "quiet", canary.PhasePaused, 3*time.Minute)
-		assert.Regexp(t, `^wave 1 paused: error-rate inconclusive 3 times: no verdict 30s after the wave was up: reviews: error ratio 0\.00% \(0/\d+\) `, st.Reason)
+		assert.Regexp(t, `^wave 1 paused: error-rate inconclusive 3 times: no verdict 30s after the wave was up: reviews: error ratio 0\.00% \(0/\d+\)[ ,]`, st.Reason)
 		assert.Zero(t, st.Counts.Moved, "nothing passed")
 	})
 
@@ -152,7 +190,25 @@ func TestTheSequentialErrorCheckDecidesOnEvidence(t *testing.T) {
 		assert.True(t, v.At.After(surged), "the verdict came after the surge: %s", v.At)
 		assert.NotContains(t, []canary.Phase{canary.PhaseRolledBack, canary.PhaseRollingBack}, st.Phase, "a healthy wave is not failed")
 		assert.NotEqual(t, canary.ResultFail, v.Result, fmt.Sprint(v))
-		assert.Contains(t, v.Reason, "control: the namespace's workloads not yet moved, against their split before the restart",
+		assert.Regexp(t, `control: (its pods not yet replaced in \d+ looks, else )?the namespace's workloads not yet moved, against their split before the restart`, v.Reason,
 			"with errors before the restart on both, the other workloads are the control")
 	})
+
+	// Each is failed on the looks in which its old pods served beside its
+	// new ones, and the reason names them as the control.
+	for ns, name := range map[string]string{"rolling": "reviews", "ledger": "StatefulSet/reviews"} {
+		t.Run(ns+": a broken rollout is held to the workload's pods not yet replaced", func(t *testing.T) {
+			st := waitForPhase(f, ns, canary.PhaseRolledBack, 3*time.Minute)
+			v, after := decidedAfter(t, st)
+			t.Logf("%s: failed %s after the wave started: %s", ns, after, v.Reason)
+			assert.Regexp(t, `^`+regexp.QuoteMeta(name)+`: error ratio 3\d\.\d\d% \(\d+/\d+\), 3\d\.\d\d% \(\d+/\d+\) of it against its pods not yet replaced's 0\.00% \(0/\d+\) in the \d+ looks both served, against 0\.00% \(0/\d+\) before the restart; `+
+				`control: its pods not yet replaced in \d+ looks, else its own error ratio before the restart; evidence \S+ of 40: fail$`, v.Reason)
+			require.Len(t, v.Measurements, 1)
+			assert.Regexp(t, `^its pods not yet replaced in \d+ looks, else its own error ratio before the restart$`, v.Measurements[0].Control)
+		})
+	}
 }
+
+// ownLooks is the part of a reason that gives the looks held to the
+// workload's pods not yet replaced, when there were any.
+const ownLooks = `(, 3\d\.\d\d% \(\d+/\d+\) of it against its pods not yet replaced's 0\.00% \(0/\d+\) in the \d+ looks both served,)?`
