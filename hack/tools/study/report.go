@@ -131,7 +131,7 @@ func median(ts []float64) string {
 // against the history before the restart, on the same streams.
 func historyTable(w io.Writer, res result) {
 	fmt.Fprintf(w, "### As the gate runs it: against the %d minutes before the restart\n\n", historyLooks*lookSeconds/60)
-	fmt.Fprintln(w, "After the rollout no pod of the workload is left on the source revision, so the agent holds the looks to the history: how the errors split between the workload and the other workloads then, or, when those had no error, the workload's own error ratio then. The bounds take a share of α.")
+	fmt.Fprintln(w, "Once the rollout is over no pod of the workload is left on the source revision, so the agent holds the looks to the history: how the errors split between the workload and the other workloads then, or, when those had no error, the workload's own error ratio then. The bounds take a share of α. (The looks of the rollout itself, while old pods serve beside the moved ones, are held to those old pods as the concurrent mode above holds them; the study starts after it.)")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| scenario | rps a pod | failed | passed | Inconclusive at 15 min | time to fail, median / p95 | time to pass, median / p95 |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
