@@ -146,13 +146,16 @@ func (g *SequentialGate) ranges(restart, ready, now time.Time) (history, looks p
 	if ready.Before(restart) {
 		ready = restart
 	}
-	end := now.Add(-g.Step)
-	if last := ready.Add(g.MaxDuration); end.After(last) {
+	end, last := now.Add(-g.Step), ready.Add(g.MaxDuration)
+	if end.After(last) {
 		end = last
 	}
 	looks = promv1.Range{Start: up(restart), End: down(end), Step: g.Step}
-	if most := time.Duration(MaxRangePoints-1-g.leadIn()) * g.Step; looks.End.Sub(looks.Start) > most {
-		looks.Start = looks.End.Add(-most)
+	// A rollout too long for one query loses its first looks: the same
+	// ones at every run, so that every run replays one e-process, never
+	// one begun afresh at a later look.
+	if first := down(last).Add(-time.Duration(MaxRangePoints-1-g.leadIn()) * g.Step); looks.Start.Before(first) {
+		looks.Start = first
 	}
 	return history, looks, looks.End.After(looks.Start)
 }
@@ -227,8 +230,13 @@ func (g *SequentialGate) query(ctx context.Context, q string, r promv1.Range) (m
 type counter struct {
 	workload, caller string
 	// pod is the pod the series was scraped from, as Istio's pod
-	// relabelling names it; "" without it.
-	pod string
+	// relabelling names it; "" without it. instance is the address it was
+	// scraped at, "" without it: a pod recreated under the same name is
+	// usually scraped at another.
+	pod, instance string
+	// resets are the steps of the range (0 the first) at which the
+	// counter went down: its proxy started again.
+	resets []int
 	// first is the time of the series' first sample, the lead-in's
 	// included; zero without one.
 	first time.Time
@@ -260,7 +268,7 @@ func increases(m model.Matrix, r promv1.Range, lead int) []counter {
 			continue
 		}
 		c := counter{workload: string(s.Metric["destination_workload"]), caller: string(s.Metric["source_workload"]),
-			pod: string(s.Metric["pod"]), code: string(s.Metric["response_code"]), le: string(s.Metric["le"]), looks: make([]float64, steps)}
+			pod: string(s.Metric["pod"]), instance: string(s.Metric["instance"]), code: string(s.Metric["response_code"]), le: string(s.Metric["le"]), looks: make([]float64, steps)}
 		if c.le != "" {
 			g := s.Metric.Clone()
 			delete(g, "le")
@@ -277,7 +285,10 @@ func increases(m model.Matrix, r promv1.Range, lead int) []counter {
 			case k < 0:
 			case seen && v >= last:
 				c.looks[k] += v - last
-			case seen || k > 0:
+			case seen:
+				c.looks[k] += v
+				c.resets = append(c.resets, k)
+			case k > 0:
 				c.looks[k] += v
 			}
 			if k >= 0 {
@@ -339,7 +350,7 @@ type workloadEvidence struct {
 	evidence, bound     float64
 	health, healthBound float64
 	control             sequential.Control
-	treatment           sequential.Counts // since the wave was up, to the decision
+	treatment           sequential.Counts // from the restart to the decision
 	controlAfter        sequential.Counts
 	before, others      sequential.Counts // before the restart
 	// The looks held to the workload's pods not yet replaced, and what
@@ -381,7 +392,7 @@ func (g *SequentialGate) Judge(wave canary.WaveUnderTest, hm model.Matrix, hr pr
 	var results []workloadEvidence
 	for _, w := range wave.Workloads {
 		me := map[string]bool{w.ObjectName(): true}
-		moved, old := splitOld(looks, lr, w, wave.Expect, restartOf(wave), hist)
+		moved, old := splitOld(looks, lr, w, wave.Expect, restartOf(wave), ready, hist)
 		ev := g.replay(test, w.Name, count(hist, me), histControl, count(moved, me), count(old, me), lookControl)
 		ev.noun = noun
 		results = append(results, ev)
@@ -475,7 +486,7 @@ func (g *SequentialGate) verdict(wave canary.WaveUnderTest, results []workloadEv
 }
 
 // describe says what one workload's evidence stands on: its error ratio
-// since the wave was up, the control's, and the evidence against its bound:
+// from the restart, the control's, and the evidence against its bound:
 // of health for a pass, of harm otherwise.
 func describe(w workloadEvidence) string {
 	var b strings.Builder

@@ -286,16 +286,21 @@ func TestTheRangesAreOnTheEpochsGridAndTheLooksBeginAtTheRestart(t *testing.T) {
 }
 
 // A rollout longer than a range query can hold (11,000 steps, the lead-in
-// included) loses its first looks, never its last.
+// included) loses its first looks, never its last, and the same ones at
+// every run: each run replays one e-process from the same first look.
 func TestALongRolloutsLooksFitOneRangeQuery(t *testing.T) {
 	g, err := NewSequentialGate(SequentialErrors{}, defaultSequential, nil, time.Second, 10*time.Minute, 15*time.Minute, 0)
 	require.NoError(t, err)
 	restart := time.Unix(1_800_000_000, 0).UTC()
 	ready := restart.Add(5 * time.Hour)
-	_, l, ok := g.ranges(restart, ready, ready.Add(time.Minute))
+	_, l, ok := g.ranges(restart, ready, ready.Add(time.Hour))
 	require.True(t, ok)
-	assert.Equal(t, ready.Add(time.Minute-time.Second), l.End)
+	assert.Equal(t, ready.Add(15*time.Minute), l.End, "the last look MaxDuration after the wave was up")
 	assert.Equal(t, MaxRangePoints-LeadInSteps(time.Second), int(l.End.Sub(l.Start)/l.Step)+1, "steps in the looks' range")
+	_, early, ok := g.ranges(restart, ready, ready.Add(time.Minute))
+	require.True(t, ok)
+	assert.Equal(t, l.Start, early.Start, "a run a minute after the wave was up reads from the same first look")
+	assert.Equal(t, ready.Add(time.Minute-time.Second), early.End)
 }
 
 // Five members gathering evidence are listed before the one that failed:

@@ -10,49 +10,110 @@ import (
 )
 
 // splitOld cuts the looks of w's series into those of its moved pods and
-// those of its pods not yet replaced. A pod is one not yet replaced when
-// it served before the workload's restart (a series of it has a sample at
-// or before then), unless the snapshot shows it on the expected revision:
-// the samples of a pod on it are the old pod's only before it was created
-// (a StatefulSet recreates its pods under the same names), and those of
-// one that was already on it before the restart never are.
-// Every other series of w, and every series without a pod label, is the
-// moved pods'. A pod not yet replaced that served nothing before the
-// restart counts as moved: it can only make the two arms look alike.
-func splitOld(looks []counter, r promv1.Range, w canary.WaveWorkload, expect string, waveRestart time.Time, history []counter) (moved, old []counter) {
+// those of its pods not yet replaced; what cannot be told apart is in
+// neither. The data say which pod is which, where they can, and the
+// snapshot where they cannot:
+//   - A pod the snapshot shows on another revision than the expected one
+//     is an old pod, whatever it served before.
+//   - A series scraped at an address (instance) the pod had at or before
+//     the workload's restart is the old pod's until its counter resets,
+//     and so is every series of a pod with a sample then, without an
+//     address, until the first reset of any of them and, for a pod the
+//     snapshot shows on the expected revision, until it was created: a
+//     StatefulSet recreates its pods under the same names, and a new
+//     proxy counts from nothing.
+//   - A pod the snapshot shows on the expected revision is a moved one
+//     after it was created.
+//   - Series without a pod label are the moved pods' once the wave was up
+//     (every pod replaced), and in neither arm before.
+//
+// Anything else (a pod recreated more than once, one gone from the
+// snapshot after its first reset, one first seen after the restart and
+// not in the snapshot) counts for neither: no arm takes counts it may not
+// own.
+func splitOld(looks []counter, r promv1.Range, w canary.WaveWorkload, expect string, waveRestart, ready time.Time, history []counter) (moved, old []counter) {
 	restart := w.Record.At
 	if restart.IsZero() {
 		restart = waveRestart
 	}
 	name := w.ObjectName()
-	// until is when each pod of w stops being an old one.
-	until := map[string]time.Time{}
-	forever := time.Unix(math.MaxInt32, 0)
+	snap := map[string]canary.Pod{}
+	for _, p := range w.Pods {
+		snap[p.Name] = p
+	}
+	never := time.Unix(math.MaxInt32, 0)
+	at := func(k int) time.Time { return r.Start.Add(time.Duration(k) * r.Step) }
+	// What each pod showed at or before the restart, and when it first
+	// started counting again after it.
+	before, addresses, reset := map[string]bool{}, map[string]map[string]bool{}, map[string]time.Time{}
 	for _, cs := range [][]counter{history, looks} {
 		for _, c := range cs {
-			if c.workload == name && c.pod != "" && !c.first.IsZero() && !c.first.After(restart) {
-				until[c.pod] = forever
+			if c.workload != name || c.pod == "" || c.first.IsZero() || c.first.After(restart) {
+				continue
+			}
+			before[c.pod] = true
+			if c.instance != "" {
+				if addresses[c.pod] == nil {
+					addresses[c.pod] = map[string]bool{}
+				}
+				addresses[c.pod][c.instance] = true
 			}
 		}
 	}
-	for _, p := range w.Pods {
-		if _, ok := until[p.Name]; ok && p.Revision == expect {
-			until[p.Name] = p.CreatedAt
+	firstReset := func(c counter) time.Time {
+		for _, k := range c.resets {
+			if t := at(k); t.After(restart) {
+				return t
+			}
 		}
+		return never
 	}
 	for _, c := range looks {
-		t, ok := until[c.pod]
-		if c.workload != name || !ok {
+		if c.workload != name || c.pod == "" || c.instance != "" {
+			continue
+		}
+		if t, ok := reset[c.pod]; !ok || firstReset(c).Before(t) {
+			reset[c.pod] = firstReset(c)
+		}
+	}
+	const (
+		toMoved = iota
+		toOld
+		toNeither
+	)
+	which := func(c counter, t time.Time) int {
+		if c.pod == "" {
+			if t.Before(ready) {
+				return toNeither
+			}
+			return toMoved
+		}
+		p, known := snap[c.pod]
+		switch {
+		case known && p.Revision != expect:
+			return toOld
+		case c.instance != "" && addresses[c.pod][c.instance] && t.Before(firstReset(c)):
+			return toOld
+		case c.instance == "" && before[c.pod] && t.Before(reset[c.pod]) && (!known || !t.After(p.CreatedAt)):
+			return toOld
+		case known && t.After(p.CreatedAt):
+			return toMoved
+		}
+		return toNeither
+	}
+	for _, c := range looks {
+		if c.workload != name {
 			moved = append(moved, c)
 			continue
 		}
 		m, o := c, c
 		m.looks, o.looks = make([]float64, len(c.looks)), make([]float64, len(c.looks))
 		for k, v := range c.looks {
-			if r.Start.Add(time.Duration(k) * r.Step).Before(t) {
-				o.looks[k] = v
-			} else {
+			switch which(c, at(k)) {
+			case toMoved:
 				m.looks[k] = v
+			case toOld:
+				o.looks[k] = v
 			}
 		}
 		moved, old = append(moved, m), append(old, o)

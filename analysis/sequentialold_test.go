@@ -94,7 +94,7 @@ func TestAnOldPodsSeriesBegunAfterTheRestartStaysItsOwn(t *testing.T) {
 		sampled("reviews", "reviews-new-1", "503", t0, math.NaN(), 1, 2),
 	}, r, 1)
 	w := member("reviews", pod("reviews-new-1", "1-26"))
-	moved, old := splitOld(looks, r, w, "1-26", t0, hist)
+	moved, old := splitOld(looks, r, w, "1-26", t0, t0, hist)
 	assert.Equal(t, []float64{0, 3, 3, 0, 0}, sumLooks(old, "503"), "the old pod's errors")
 	assert.Equal(t, []float64{0, 1, 1, 0, 0}, sumLooks(moved, "503"), "the new pod's errors")
 	assert.Equal(t, []float64{0, 10, 10, 0, 0}, sumLooks(old, "200"))
@@ -113,28 +113,34 @@ func TestARecreatedPodOfTheSameNameIsTheMovedOneFromItsCreation(t *testing.T) {
 	recreated := pod("web-0", "1-26")
 	recreated.CreatedAt = t0.Add(40 * time.Second)
 	w := member("web", recreated)
-	moved, old := splitOld(looks, r, w, "1-26", t0, hist)
+	moved, old := splitOld(looks, r, w, "1-26", t0, t0, hist)
 	assert.Equal(t, []float64{0, 10, 10, 0, 0}, sumLooks(old, "200"))
 	assert.Equal(t, []float64{0, 0, 0, 5, 10}, sumLooks(moved, "200"))
 
 	stale := pod("web-0", "1-25")
 	stale.Current, stale.CreatedAt = false, t0.Add(-time.Hour)
-	moved, old = splitOld(looks, r, member("web", stale), "1-26", t0, hist)
+	moved, old = splitOld(looks, r, member("web", stale), "1-26", t0, t0, hist)
 	assert.Equal(t, []float64{0, 10, 10, 5, 10}, sumLooks(old, "200"), "the cache has not seen the new pod yet")
 	assert.Equal(t, []float64{0, 0, 0, 0, 0}, sumLooks(moved, "200"))
 }
 
 // Series without a pod label, as a Prometheus without Istio's pod
-// relabelling holds them, are all the moved pods': no old pod is told
-// apart.
+// relabelling holds them, are the moved pods' once the wave is up: no old
+// pod is told apart.
 func TestSeriesWithoutAPodAreTheMovedPods(t *testing.T) {
 	start := t0.Add(-time.Minute)
 	r := promv1.Range{Start: t0, End: t0.Add(time.Minute), Step: 15 * time.Second}
 	hist := increases(model.Matrix{sampled("web", "", "200", start, 0, 10, 20, 30, 40)}, promv1.Range{Start: start, End: t0, Step: 15 * time.Second}, 1)
 	looks := increases(model.Matrix{sampled("web", "", "200", t0, 40, 50, 60)}, r, 1)
-	moved, old := splitOld(looks, r, member("web"), "1-26", t0, hist)
-	assert.Empty(t, old)
+	moved, old := splitOld(looks, r, member("web"), "1-26", t0, t0, hist)
+	assert.Equal(t, []float64{0, 0, 0, 0, 0}, sumLooks(old, "200"))
 	assert.Equal(t, []float64{0, 10, 10, 0, 0}, sumLooks(moved, "200"))
+
+	// Before the wave was up, such series may still hold old pods: they
+	// count for neither arm.
+	moved, old = splitOld(looks, r, member("web"), "1-26", t0, t0.Add(20*time.Second), hist)
+	assert.Equal(t, []float64{0, 0, 0, 0, 0}, sumLooks(old, "200"))
+	assert.Equal(t, []float64{0, 0, 10, 0, 0}, sumLooks(moved, "200"))
 }
 
 // sumLooks adds up, look by look, the counters of one response code.
@@ -163,7 +169,253 @@ func TestAPodAlreadyOnTheTargetIsNeverTheControl(t *testing.T) {
 	looks := increases(model.Matrix{sampled("web", "web-abc", "503", t0, 12, 15, 18)}, r, 1)
 	already := pod("web-abc", "1-26")
 	already.Current, already.CreatedAt = false, t0.Add(-time.Hour)
-	moved, old := splitOld(looks, r, member("web", already), "1-26", t0, hist)
+	moved, old := splitOld(looks, r, member("web", already), "1-26", t0, t0, hist)
 	assert.Equal(t, []float64{0, 3, 3, 0, 0}, sumLooks(moved, "503"))
 	assert.Equal(t, []float64{0, 0, 0, 0, 0}, sumLooks(old, "503"))
+}
+
+// life is one incarnation of a pod: the steps (of a 15s grid from the
+// matrix's start, both ends included) at which its proxy was scraped,
+// what it served a look, and the instance label it was scraped under.
+type life struct {
+	from, to  int
+	req, errs float64
+	instance  string
+}
+
+// lives builds a pod's istio_requests_total series over steps steps:
+// one series per instance and response code, an incarnation that shares
+// its instance with an earlier one showing as a counter reset. pod ""
+// leaves the pod label out (a Prometheus without Istio's pod relabelling).
+func lives(workload, pod string, start time.Time, steps int, ls ...life) model.Matrix {
+	type key struct{ instance, code string }
+	vals := map[key][]float64{}
+	var order []key
+	for _, l := range ls {
+		for _, code := range []string{"200", "503"} {
+			share := 1 - l.errs
+			if code == "503" {
+				share = l.errs
+			}
+			if share == 0 {
+				continue
+			}
+			k := key{l.instance, code}
+			if vals[k] == nil {
+				vals[k] = make([]float64, steps)
+				for i := range vals[k] {
+					vals[k][i] = math.NaN()
+				}
+				order = append(order, k)
+			}
+			c := 0.0
+			for s := l.from; s <= l.to && s < steps; s++ {
+				c += l.req * share
+				vals[k][s] = c
+			}
+		}
+	}
+	var m model.Matrix
+	for _, k := range order {
+		s := sampled(workload, pod, k.code, start, vals[k]...)
+		if pod == "" {
+			delete(s.Metric, "pod")
+		}
+		if k.instance != "" {
+			s.Metric["instance"] = model.LabelValue(k.instance)
+		}
+		m = append(m, s)
+	}
+	return m
+}
+
+// step is the time of step k of a matrix begun at start.
+func step(start time.Time, k int) time.Time { return start.Add(time.Duration(k) * 15 * time.Second) }
+
+// A StatefulSet pod recreated on the (broken) target, then evicted and
+// recreated again, is the moved pod from its first recreation on: the
+// snapshot's CreatedAt is only its latest incarnation's. Held to its own
+// earlier target incarnation, the broken revision passes against itself.
+func TestAStatefulSetPodRecreatedTwiceOnTheTargetIsNeverItsOwnControl(t *testing.T) {
+	start, steps := t0.Add(-10*time.Minute), 65 // t0 is step 40
+	var m model.Matrix
+	// web-0: old until step 44, recreated on the target (30% of 5xx) at step 45.
+	m = append(m, lives("web", "web-0", start, steps, life{0, 44, 200, 0, ""}, life{45, steps, 200, 0.3, ""})...)
+	// web-1: old until step 41, on the target from step 42, evicted and
+	// recreated on the target again at step 61.
+	m = append(m, lives("web", "web-1", start, steps, life{0, 41, 200, 0, ""}, life{42, 59, 200, 0.3, ""}, life{61, steps, 200, 0.3, ""})...)
+	r := promv1.Range{Start: start, End: step(start, steps-1), Step: 15 * time.Second}
+
+	w0, w1 := pod("web-0", "1-26"), pod("web-1", "1-26")
+	w0.CreatedAt, w1.CreatedAt = step(start, 45).Add(-5*time.Second), step(start, 61).Add(-5*time.Second)
+	ready := step(start, 62)
+	wv := wave(member("web", w0, w1))
+	wv.Analysis.ReadyAt = &ready
+
+	g := newSequentialGate(t, &rangeProm{matrix: m})
+	v := g.Evaluate(context.Background(), wv, r.End.Add(15*time.Second))
+	assert.Equal(t, canary.ResultFail, v.Result, "every pod served 30%% of 5xx on the target against none before the restart: %s", v.Reason)
+}
+
+// The same wave judged while web-1 is between its eviction and its
+// recreation (absent from the snapshot, as a node drain leaves it): its
+// target incarnation's 5xx are not the control either.
+func TestATargetPodMissingFromTheSnapshotIsNotTheControl(t *testing.T) {
+	start, steps := t0.Add(-10*time.Minute), 65
+	var m model.Matrix
+	m = append(m, lives("web", "web-0", start, steps, life{0, 44, 200, 0, ""}, life{45, steps, 200, 0.3, ""})...)
+	m = append(m, lives("web", "web-1", start, steps, life{0, 41, 200, 0, ""}, life{42, steps - 2, 200, 0.3, ""})...)
+	r := promv1.Range{Start: start, End: step(start, steps-1), Step: 15 * time.Second}
+
+	w0 := pod("web-0", "1-26")
+	w0.CreatedAt = step(start, 45).Add(-5 * time.Second)
+	ready := step(start, 50)
+	wv := wave(member("web", w0)) // web-1 evicted, not yet recreated
+	wv.Analysis.ReadyAt = &ready
+
+	g := newSequentialGate(t, &rangeProm{matrix: m})
+	v := g.Evaluate(context.Background(), wv, r.End.Add(15*time.Second))
+	assert.Equal(t, canary.ResultFail, v.Result, v.Reason)
+}
+
+// onDelete is a ten-pod workload whose pods are replaced one a minute:
+// nine old pods serving 0.1% of 5xx beside one new pod serving 3% (six
+// times the floor: broken), 1000 requests a look each, through twenty
+// looks after the restart at t0 (step 40).
+func onDelete(podLabel bool) (model.Matrix, promv1.Range) {
+	start, steps := t0.Add(-10*time.Minute), 61
+	var m model.Matrix
+	for i := range 10 {
+		name := "web-" + string(rune('0'+i))
+		p := name
+		if !podLabel {
+			p = ""
+		}
+		inst := "10.0.0." + string(rune('0'+i)) + ":15020"
+		if i == 0 {
+			m = append(m, lives("web", p, start, steps, life{0, 40, 1000, 0.001, inst}, life{41, steps, 1000, 0.03, inst + "-new"})...)
+			continue
+		}
+		m = append(m, lives("web", p, start, steps, life{0, steps, 1000, 0.001, inst})...)
+	}
+	return m, promv1.Range{Start: start, End: step(start, steps-1), Step: 15 * time.Second}
+}
+
+func onDeleteWave(ready time.Time) canary.WaveUnderTest {
+	pods := []canary.Pod{pod("web-0", "1-26")}
+	pods[0].CreatedAt = t0.Add(10 * time.Second)
+	for i := 1; i < 10; i++ {
+		p := pod("web-"+string(rune('0'+i)), "1-25")
+		p.Current, p.CreatedAt = false, t0.Add(-time.Hour)
+		pods = append(pods, p)
+	}
+	w := wave(member("web", pods...))
+	w.Analysis.ReadyAt = &ready
+	return w
+}
+
+// With the pod label, the new pod's 3% is held to the old pods' 0.1%
+// and fails: the reference for the next test.
+func TestABrokenPodBesideNineOldOnesFails(t *testing.T) {
+	m, r := onDelete(true)
+	g := newSequentialGate(t, &rangeProm{matrix: m})
+	v := g.Evaluate(context.Background(), onDeleteWave(r.End), r.End.Add(15*time.Second))
+	assert.Equal(t, canary.ResultFail, v.Result, v.Reason)
+}
+
+// Without a pod label (a setup the README supports: "the control is the
+// history's alone"), the looks now begin at the restart, and the nine old
+// pods' traffic is counted as the moved workload's: the mix is under the
+// floor, and the broken revision passes on the rollout's looks. Before
+// the change the looks began once the wave was up, without old pods.
+func TestWithoutAPodLabelARolloutIsNotPassedOnItsOldPods(t *testing.T) {
+	m, r := onDelete(false)
+	g := newSequentialGate(t, &rangeProm{matrix: m})
+	v := g.Evaluate(context.Background(), onDeleteWave(r.End), r.End.Add(15*time.Second))
+	assert.NotEqual(t, canary.ResultPass, v.Result, v.Reason)
+}
+
+// Old pods the snapshot shows on the source revision, whose proxies
+// served nothing before the restart (pods an HPA or a Deployment's
+// proportional scaling added to the old ReplicaSet during the rollout),
+// are old pods: counted as moved, their 0.1% dilutes the new pod's 3%
+// under the floor and passes it.
+func TestAPodTheSnapshotShowsOnTheSourceIsNeverAMovedOne(t *testing.T) {
+	start, steps := t0.Add(-10*time.Minute), 61
+	var m model.Matrix
+	m = append(m, lives("web", "web-0", start, steps, life{0, 40, 1000, 0.001, "a"}, life{41, steps, 1000, 0.03, "b"})...)
+	for i := 1; i < 10; i++ {
+		m = append(m, lives("web", "web-"+string(rune('0'+i)), start, steps, life{41, steps, 1000, 0.001, "c"})...)
+	}
+	r := promv1.Range{Start: start, End: step(start, steps-1), Step: 15 * time.Second}
+	wv := onDeleteWave(r.End)
+	for i := 1; i < 10; i++ {
+		wv.Workloads[0].Pods[i].CreatedAt = t0.Add(5 * time.Second)
+	}
+	g := newSequentialGate(t, &rangeProm{matrix: m})
+	v := g.Evaluate(context.Background(), wv, r.End.Add(15*time.Second))
+	assert.NotEqual(t, canary.ResultPass, v.Result, v.Reason)
+}
+
+// One old pod lingering through the rollout (a long terminationGrace-
+// PeriodSeconds, a preStop hook) and answering its few requests with
+// 503, as a draining pod does or as a namespace owner can arrange, is a
+// control with a tiny denominator: the new pods' 30% of 5xx (none before
+// the restart) is "within 1.5 times" its 100%. Those looks never pass the
+// revision (a pass reads every look against the history), and once the
+// old pod is gone the history's looks fail it.
+func TestAFewFailedRequestsOfAnOldPodDoNotPassABrokenRevision(t *testing.T) {
+	start, steps := t0.Add(-10*time.Minute), 61
+	var m model.Matrix
+	m = append(m, lives("web", "web-old", start, steps, life{0, 40, 400, 0, ""}, life{41, 50, 2, 1, ""})...)
+	m = append(m, lives("web", "web-new", start, steps, life{41, steps, 400, 0.3, ""})...)
+	p := pod("web-new", "1-26")
+	p.CreatedAt = t0.Add(2 * time.Second)
+	ready := step(start, 45)
+	wv := wave(member("web", p))
+	wv.Analysis.ReadyAt = &ready
+	g := newSequentialGate(t, &rangeProm{matrix: m})
+
+	v := g.Evaluate(context.Background(), wv, step(start, 51))
+	assert.Equal(t, canary.ResultPending, v.Result, "while the old pod serves: %s", v.Reason)
+	assert.Contains(t, v.Reason, "of it against its pods not yet replaced's 100.00% (20/20) in the 10 looks both served")
+	assert.Contains(t, v.Reason, "; evidence 1 of 40")
+
+	v = g.Evaluate(context.Background(), wv, step(start, 54))
+	assert.Equal(t, canary.ResultFail, v.Result, "once it is gone: %s", v.Reason)
+}
+
+// A look that ends at or before the second a recreated pod was created
+// holds only the old incarnation's counts: CreationTimestamp is truncated
+// to the second, so a step at that very second is still the old pod's.
+// And the old incarnation's own series (its instance label) stays the
+// old pod's to its last scrape, even in the look that also holds the new
+// pod's creation: its last counts (a draining pod's 503s) are not the
+// revision's.
+func TestAnOldIncarnationsLastScrapeStaysTheOldPods(t *testing.T) {
+	start := t0.Add(-time.Minute)
+	r := promv1.Range{Start: t0, End: t0.Add(time.Minute), Step: 15 * time.Second}
+	hist := increases(model.Matrix{sampled("web", "web-0", "200", start, 0, 10, 20, 30, 40)}, promv1.Range{Start: start, End: t0, Step: 15 * time.Second}, 1)
+
+	// The same series: the value at t0+45s is the old pod's last, the new
+	// pod created at t0+45.6s (CreationTimestamp t0+45s) counts from t0+60s.
+	looks := increases(model.Matrix{sampled("web", "web-0", "503", t0, 40, 50, 60, 70, 5)}, r, 1)
+	recreated := pod("web-0", "1-26")
+	recreated.CreatedAt = t0.Add(45 * time.Second)
+	moved, old := splitOld(looks, r, member("web", recreated), "1-26", t0, t0, hist)
+	assert.Equal(t, []float64{0, 10, 10, 10, 0}, sumLooks(old, "503"), "CreationTimestamp t0+45s: the step at t0+45s is the old pod's")
+	assert.Equal(t, []float64{0, 0, 0, 0, 5}, sumLooks(moved, "503"))
+
+	// Two series, by instance: the old one's last scrape (t0+38s, shown
+	// at t0+45s) and the new one's first (t0+60s), the new pod created at
+	// t0+40s.
+	a := sampled("web", "web-0", "503", t0, 40, 50, 60, 70)
+	a.Metric["instance"] = "10.0.0.1:15020"
+	b := sampled("web", "web-0", "503", t0, math.NaN(), math.NaN(), math.NaN(), math.NaN(), 5)
+	b.Metric["instance"] = "10.0.0.2:15020"
+	looks = increases(model.Matrix{a, b}, r, 1)
+	recreated.CreatedAt = t0.Add(40 * time.Second)
+	moved, old = splitOld(looks, r, member("web", recreated), "1-26", t0, t0, hist)
+	assert.Equal(t, []float64{0, 10, 10, 10, 0}, sumLooks(old, "503"), "the old incarnation's series is the old pod's")
+	assert.Equal(t, []float64{0, 0, 0, 0, 5}, sumLooks(moved, "503"))
 }

@@ -133,15 +133,18 @@ type ErrorProcess struct {
 	failAt, passRatioAt, passFloorAt float64
 	looks                            int
 	treatment, control               Counts
-	// ownFail and ownPass hold the looks in which the workload's own pods
-	// not yet replaced served beside the moved ones (Look.Own), against
+	// ownFail holds the looks in which the workload's own pods not yet
+	// replaced served beside its moved ones (Look.Own), against
 	// (1 + Tolerance) times their ratio; nil for a concurrent test, whose
-	// control is already that. A look is paid to them or to the history's
-	// processes, never to both: whether the old pods served is in the
-	// look's requests, which every factor is conditioned on, so each look's
-	// factor is still an e-value against "healthy next to what it was held
-	// to", and their product an e-process.
-	ownFail, ownPass  *ratioProcess
+	// control is already that. On the fail side a look is paid to it or
+	// to ratioFail, never to both: whether the old pods served is in the
+	// look's requests, which every factor is conditioned on, so each
+	// factor is still an e-value against "healthy next to what the look
+	// was held to", and their product an e-process. The pass side reads
+	// every look against the history: old pods that fail beside the moved
+	// ones (a draining pod's 503s) would otherwise vouch for a broken
+	// revision.
+	ownFail           *ratioProcess
 	ownLooks          int
 	ownTreatment, own Counts
 }
@@ -168,9 +171,10 @@ func (t ErrorTest) Start() (*ErrorProcess, error) {
 // the namespace's workloads not yet moved, if there are any.
 //
 // A later look in which the workload's own pods not yet replaced served
-// beside its moved ones (Look.Own) is held to those pods instead, as
-// Start's test would hold it: they run the same code on the source
-// revision at the same time, the best control there is.
+// beside its moved ones (Look.Own) is held to those pods instead on the
+// fail side, as Start's test would hold it: they run the same code on the
+// source revision at the same time, the best control there is. A pass
+// stands on the history alone.
 //
 // The control is Others when the history bounds the split's ratio from
 // above, else Past: the choice reads only the history, before the first
@@ -197,7 +201,7 @@ func (t ErrorTest) StartAgainstHistory(history []Look) (*ErrorProcess, error) {
 		test:      t,
 		floorFail: &floorProcess{f: t.Floor, up: true}, floorPass: &floorProcess{f: t.Floor},
 		failAt: math.Log(2 / t.Alpha), passRatioAt: math.Log(4 / t.Alpha), passFloorAt: math.Log(2 / t.Alpha),
-		ownFail: &ratioProcess{rho0: rho0, up: true}, ownPass: &ratioProcess{rho0: rho0},
+		ownFail: &ratioProcess{rho0: rho0, up: true},
 	}
 	if hi := ratioUpper(history, t.Alpha/4); !math.IsInf(hi, 1) {
 		lo := ratioLower(history, t.Alpha/8)
@@ -248,22 +252,20 @@ func (e *ErrorProcess) Observe(l Look) error {
 	e.treatment = e.treatment.Add(l.Treatment)
 	e.floorFail.observe(l)
 	e.floorPass.observe(l)
-	if e.ownFail != nil && l.Own.Requests > 0 && l.Treatment.Requests > 0 {
-		own := Look{Treatment: l.Treatment, Control: l.Own}
-		e.ownFail.observe(own)
-		e.ownPass.observe(own)
-		e.ownLooks++
-		e.ownTreatment, e.own = e.ownTreatment.Add(l.Treatment), e.own.Add(l.Own)
-		return nil
-	}
 	if e.against == Past {
 		// Only the workload's own history counts: pods measured at the same
 		// time are not its control.
 		l.Control = Counts{}
 	}
-	e.ratioFail.observe(l)
 	e.ratioPass.observe(l)
 	e.control = e.control.Add(l.Control)
+	if e.ownFail != nil && l.Own.Requests > 0 && l.Treatment.Requests > 0 {
+		e.ownFail.observe(Look{Treatment: l.Treatment, Control: l.Own})
+		e.ownLooks++
+		e.ownTreatment, e.own = e.ownTreatment.Add(l.Treatment), e.own.Add(l.Own)
+		return nil
+	}
+	e.ratioFail.observe(l)
 	return nil
 }
 
@@ -295,13 +297,13 @@ func (e *ErrorProcess) FailEvidence() (evidence, threshold float64) {
 // ratio and of the floor, each as a natural log less its threshold: the
 // wave passes when it reaches 0.
 func (e *ErrorProcess) PassEvidence() float64 {
-	return math.Max(e.ratioEvidence(e.ratioPass, e.ownPass)-e.passRatioAt, e.floorPass.evidence()-e.passFloorAt)
+	return math.Max(e.ratioPass.evidence()-e.passRatioAt, e.floorPass.evidence()-e.passFloorAt)
 }
 
 // HealthEvidence is the larger of the evidence against "unhealthy" of the
 // ratio and of the floor, as a natural log, with that part's threshold.
 func (e *ErrorProcess) HealthEvidence() (evidence, threshold float64) {
-	r := e.ratioEvidence(e.ratioPass, e.ownPass)
+	r := e.ratioPass.evidence()
 	if r-e.passRatioAt >= e.floorPass.evidence()-e.passFloorAt {
 		return r, e.passRatioAt
 	}
@@ -323,6 +325,5 @@ func (e *ErrorProcess) Decision() Decision {
 // Looks is how many looks were observed.
 func (e *ErrorProcess) Looks() int { return e.looks }
 
-// Totals are the treatment's counts over every look, and the control's
-// over the looks held to it (not those held to the workload's own pods).
+// Totals are the arms' counts over every look.
 func (e *ErrorProcess) Totals() (treatment, control Counts) { return e.treatment, e.control }

@@ -108,7 +108,7 @@ func TestALookIsHeldToTheOldPodsOnlyWhenBothServed(t *testing.T) {
 	assert.Equal(t, Counts{100, 1}, own)
 	treatment, control := e.Totals()
 	assert.Equal(t, Counts{200, 3}, treatment)
-	assert.Equal(t, Counts{400, 4}, control, "the looks not held to the old pods")
+	assert.Equal(t, Counts{600, 6}, control, "every look's, the pass side reading each against the history")
 }
 
 // A concurrent test's control is already the pods at the same time: it
