@@ -357,7 +357,10 @@ type workloadEvidence struct {
 	// its moved pods and those served in them.
 	oldLooks          int
 	oldTreatment, old sequential.Counts
-	err               error
+	// leftOut are the requests of the workload's pods that could not be
+	// told apart, in neither arm.
+	leftOut float64
+	err     error
 }
 
 // Judge replays, for each of the wave's workloads, the looks of the
@@ -388,12 +391,22 @@ func (g *SequentialGate) Judge(wave canary.WaveUnderTest, hm model.Matrix, hr pr
 		}
 	}
 	histControl, lookControl := count(hist, others), count(looks, others)
+	// Series without a pod label are the moved pods' once the wave was
+	// up; a time it was up that lies ahead (an edited status, another
+	// replica's clock) is not yet.
+	up := ready
+	if at := wave.Analysis.ReadyAt; at != nil && at.After(now) {
+		up = now
+	}
 	test := g.Test.Split(len(wave.Workloads))
 	var results []workloadEvidence
 	for _, w := range wave.Workloads {
 		me := map[string]bool{w.ObjectName(): true}
-		moved, old := splitOld(looks, lr, w, wave.Expect, restartOf(wave), ready, hist)
+		moved, old, neither := splitOld(looks, lr, w, wave.Expect, restartOf(wave), up, hist)
 		ev := g.replay(test, w.Name, count(hist, me), histControl, count(moved, me), count(old, me), lookControl)
+		for _, c := range count(neither, me)[1:] {
+			ev.leftOut += c.Requests
+		}
 		ev.noun = noun
 		results = append(results, ev)
 	}
@@ -491,7 +504,10 @@ func (g *SequentialGate) verdict(wave canary.WaveUnderTest, results []workloadEv
 func describe(w workloadEvidence) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s", w.noun, counts(w.treatment))
-	if w.oldLooks > 0 {
+	if w.leftOut > 0 {
+		fmt.Fprintf(&b, " (%.0f requests of pods not told apart left out)", w.leftOut)
+	}
+	if w.heldToOld() {
 		fmt.Fprintf(&b, ", %s of it against its pods not yet replaced's %s in the %d looks both served,", counts(w.oldTreatment), counts(w.old), w.oldLooks)
 	}
 	switch w.control {
@@ -511,11 +527,17 @@ func describe(w workloadEvidence) string {
 	return b.String()
 }
 
+// heldToOld reports whether the old pods were a control of the verdict:
+// of the fail side only, so never of a pass.
+func (w workloadEvidence) heldToOld() bool {
+	return w.oldLooks > 0 && w.decision != sequential.Pass
+}
+
 // controlName says what the workload was held against: its pods not yet
 // replaced for the looks in which they served, the history's control for
 // the others.
 func (w workloadEvidence) controlName() string {
-	if w.oldLooks == 0 {
+	if !w.heldToOld() {
 		return w.control.String()
 	}
 	return fmt.Sprintf("%s in %d looks, else %s", sequential.Concurrent, w.oldLooks, w.control)

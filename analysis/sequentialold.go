@@ -2,6 +2,7 @@ package analysis
 
 import (
 	"math"
+	"strings"
 	"time"
 
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
@@ -31,7 +32,7 @@ import (
 // snapshot after its first reset, one first seen after the restart and
 // not in the snapshot) counts for neither: no arm takes counts it may not
 // own.
-func splitOld(looks []counter, r promv1.Range, w canary.WaveWorkload, expect string, waveRestart, ready time.Time, history []counter) (moved, old []counter) {
+func splitOld(looks []counter, r promv1.Range, w canary.WaveWorkload, expect string, waveRestart, ready time.Time, history []counter) (moved, old, neither []counter) {
 	restart := w.Record.At
 	if restart.IsZero() {
 		restart = waveRestart
@@ -43,9 +44,9 @@ func splitOld(looks []counter, r promv1.Range, w canary.WaveWorkload, expect str
 	}
 	never := time.Unix(math.MaxInt32, 0)
 	at := func(k int) time.Time { return r.Start.Add(time.Duration(k) * r.Step) }
-	// What each pod showed at or before the restart, and when it first
-	// started counting again after it.
-	before, addresses, reset := map[string]bool{}, map[string]map[string]bool{}, map[string]time.Time{}
+	// What each pod showed at or before the restart: whether it served,
+	// and at which addresses.
+	before, addresses := map[string]bool{}, map[string]map[string]bool{}
 	for _, cs := range [][]counter{history, looks} {
 		for _, c := range cs {
 			if c.workload != name || c.pod == "" || c.first.IsZero() || c.first.After(restart) {
@@ -68,12 +69,48 @@ func splitOld(looks []counter, r promv1.Range, w canary.WaveWorkload, expect str
 		}
 		return never
 	}
+	// readdressed are the pods scraped since at an address they did not
+	// have then: a new incarnation, whose series are its own. reset is
+	// when a series a pod had then first counted from nothing again: a
+	// new proxy, at the same address, under the same series, and every
+	// series of the pod is the new one's from then on, those it begins
+	// later (its first 503) too.
+	readdressed, reset := map[string]bool{}, map[string]time.Time{}
 	for _, c := range looks {
-		if c.workload != name || c.pod == "" || c.instance != "" {
+		if c.workload != name || c.pod == "" || !before[c.pod] {
+			continue
+		}
+		if c.instance != "" && !addresses[c.pod][c.instance] {
+			readdressed[c.pod] = true
+		}
+		if c.first.IsZero() || c.first.After(restart) {
 			continue
 		}
 		if t, ok := reset[c.pod]; !ok || firstReset(c).Before(t) {
 			reset[c.pod] = firstReset(c)
+		}
+	}
+	resetOf := func(pod string) time.Time {
+		if t, ok := reset[pod]; ok {
+			return t
+		}
+		return never
+	}
+	// The template hashes of a Deployment's moved pods and of its old ones.
+	movedHashes, oldHashes := map[string]bool{}, map[string]bool{}
+	for _, p := range w.Pods {
+		if h := p.Labels["pod-template-hash"]; h != "" && p.Revision == expect {
+			movedHashes[h] = true
+		}
+	}
+	for _, p := range w.Pods {
+		if h := p.Labels["pod-template-hash"]; h != "" && p.Revision != expect && !movedHashes[h] {
+			oldHashes[h] = true
+		}
+	}
+	for pod := range before {
+		if h := templateHash(name, pod); h != "" && !movedHashes[h] {
+			oldHashes[h] = true
 		}
 	}
 	const (
@@ -89,15 +126,41 @@ func splitOld(looks []counter, r promv1.Range, w canary.WaveWorkload, expect str
 			return toMoved
 		}
 		p, known := snap[c.pod]
+		onTarget := known && p.Revision == expect
+		newOne := onTarget && t.After(p.CreatedAt)
 		switch {
-		case known && p.Revision != expect:
+		case known && !onTarget:
 			return toOld
-		case c.instance != "" && addresses[c.pod][c.instance] && t.Before(firstReset(c)):
+		case readdressed[c.pod] && addresses[c.pod][c.instance] && t.Before(firstReset(c)):
+			// The old incarnation's own address, to its last scrape.
 			return toOld
-		case c.instance == "" && before[c.pod] && t.Before(reset[c.pod]) && (!known || !t.After(p.CreatedAt)):
+		case readdressed[c.pod]:
+			if newOne {
+				return toMoved
+			}
+			return toNeither
+		case before[c.pod] && t.Before(resetOf(c.pod)) && (!onTarget || t.Before(p.CreatedAt.Add(r.Step))):
+			// A scrape shows at the first step at or after it: the old
+			// incarnation's last one can show up to a step after its
+			// successor was created, before the successor's first reset.
 			return toOld
-		case known && t.After(p.CreatedAt):
+		case newOne:
 			return toMoved
+		case known || before[c.pod]:
+			return toNeither
+		}
+		// A pod gone from the snapshot that first served after the
+		// restart. A Deployment's pod names its ReplicaSet's template
+		// hash: one of the moved pods' is a moved pod, one of the old
+		// pods' an old one. A DaemonSet or StatefulSet creates only pods
+		// of the moved template after the restart.
+		switch hash := templateHash(name, c.pod); {
+		case w.KindOf() != canary.KindDeployment:
+			return toMoved
+		case movedHashes[hash]:
+			return toMoved
+		case oldHashes[hash]:
+			return toOld
 		}
 		return toNeither
 	}
@@ -106,17 +169,34 @@ func splitOld(looks []counter, r promv1.Range, w canary.WaveWorkload, expect str
 			moved = append(moved, c)
 			continue
 		}
-		m, o := c, c
-		m.looks, o.looks = make([]float64, len(c.looks)), make([]float64, len(c.looks))
+		m, o, n := c, c, c
+		m.looks, o.looks, n.looks = make([]float64, len(c.looks)), make([]float64, len(c.looks)), make([]float64, len(c.looks))
 		for k, v := range c.looks {
 			switch which(c, at(k)) {
 			case toMoved:
 				m.looks[k] = v
 			case toOld:
 				o.looks[k] = v
+			default:
+				n.looks[k] = v
 			}
 		}
-		moved, old = append(moved, m), append(old, o)
+		moved, old, neither = append(moved, m), append(old, o), append(neither, n)
 	}
-	return moved, old
+	return moved, old, neither
+}
+
+// templateHash is the ReplicaSet template hash in the name of a pod of
+// the Deployment named deployment (<deployment>-<hash>-<suffix>); "" for
+// a name of another shape.
+func templateHash(deployment, pod string) string {
+	rest, ok := strings.CutPrefix(pod, deployment+"-")
+	if !ok {
+		return ""
+	}
+	i := strings.LastIndexByte(rest, '-')
+	if i <= 0 {
+		return ""
+	}
+	return rest[:i]
 }

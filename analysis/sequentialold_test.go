@@ -94,7 +94,7 @@ func TestAnOldPodsSeriesBegunAfterTheRestartStaysItsOwn(t *testing.T) {
 		sampled("reviews", "reviews-new-1", "503", t0, math.NaN(), 1, 2),
 	}, r, 1)
 	w := member("reviews", pod("reviews-new-1", "1-26"))
-	moved, old := splitOld(looks, r, w, "1-26", t0, t0, hist)
+	moved, old, _ := splitOld(looks, r, w, "1-26", t0, t0, hist)
 	assert.Equal(t, []float64{0, 3, 3, 0, 0}, sumLooks(old, "503"), "the old pod's errors")
 	assert.Equal(t, []float64{0, 1, 1, 0, 0}, sumLooks(moved, "503"), "the new pod's errors")
 	assert.Equal(t, []float64{0, 10, 10, 0, 0}, sumLooks(old, "200"))
@@ -113,13 +113,13 @@ func TestARecreatedPodOfTheSameNameIsTheMovedOneFromItsCreation(t *testing.T) {
 	recreated := pod("web-0", "1-26")
 	recreated.CreatedAt = t0.Add(40 * time.Second)
 	w := member("web", recreated)
-	moved, old := splitOld(looks, r, w, "1-26", t0, t0, hist)
+	moved, old, _ := splitOld(looks, r, w, "1-26", t0, t0, hist)
 	assert.Equal(t, []float64{0, 10, 10, 0, 0}, sumLooks(old, "200"))
 	assert.Equal(t, []float64{0, 0, 0, 5, 10}, sumLooks(moved, "200"))
 
 	stale := pod("web-0", "1-25")
 	stale.Current, stale.CreatedAt = false, t0.Add(-time.Hour)
-	moved, old = splitOld(looks, r, member("web", stale), "1-26", t0, t0, hist)
+	moved, old, _ = splitOld(looks, r, member("web", stale), "1-26", t0, t0, hist)
 	assert.Equal(t, []float64{0, 10, 10, 5, 10}, sumLooks(old, "200"), "the cache has not seen the new pod yet")
 	assert.Equal(t, []float64{0, 0, 0, 0, 0}, sumLooks(moved, "200"))
 }
@@ -132,13 +132,13 @@ func TestSeriesWithoutAPodAreTheMovedPods(t *testing.T) {
 	r := promv1.Range{Start: t0, End: t0.Add(time.Minute), Step: 15 * time.Second}
 	hist := increases(model.Matrix{sampled("web", "", "200", start, 0, 10, 20, 30, 40)}, promv1.Range{Start: start, End: t0, Step: 15 * time.Second}, 1)
 	looks := increases(model.Matrix{sampled("web", "", "200", t0, 40, 50, 60)}, r, 1)
-	moved, old := splitOld(looks, r, member("web"), "1-26", t0, t0, hist)
+	moved, old, _ := splitOld(looks, r, member("web"), "1-26", t0, t0, hist)
 	assert.Equal(t, []float64{0, 0, 0, 0, 0}, sumLooks(old, "200"))
 	assert.Equal(t, []float64{0, 10, 10, 0, 0}, sumLooks(moved, "200"))
 
 	// Before the wave was up, such series may still hold old pods: they
 	// count for neither arm.
-	moved, old = splitOld(looks, r, member("web"), "1-26", t0, t0.Add(20*time.Second), hist)
+	moved, old, _ = splitOld(looks, r, member("web"), "1-26", t0, t0.Add(20*time.Second), hist)
 	assert.Equal(t, []float64{0, 0, 0, 0, 0}, sumLooks(old, "200"))
 	assert.Equal(t, []float64{0, 0, 10, 0, 0}, sumLooks(moved, "200"))
 }
@@ -169,7 +169,7 @@ func TestAPodAlreadyOnTheTargetIsNeverTheControl(t *testing.T) {
 	looks := increases(model.Matrix{sampled("web", "web-abc", "503", t0, 12, 15, 18)}, r, 1)
 	already := pod("web-abc", "1-26")
 	already.Current, already.CreatedAt = false, t0.Add(-time.Hour)
-	moved, old := splitOld(looks, r, member("web", already), "1-26", t0, t0, hist)
+	moved, old, _ := splitOld(looks, r, member("web", already), "1-26", t0, t0, hist)
 	assert.Equal(t, []float64{0, 3, 3, 0, 0}, sumLooks(moved, "503"))
 	assert.Equal(t, []float64{0, 0, 0, 0, 0}, sumLooks(old, "503"))
 }
@@ -324,10 +324,9 @@ func TestABrokenPodBesideNineOldOnesFails(t *testing.T) {
 }
 
 // Without a pod label (a setup the README supports: "the control is the
-// history's alone"), the looks now begin at the restart, and the nine old
-// pods' traffic is counted as the moved workload's: the mix is under the
-// floor, and the broken revision passes on the rollout's looks. Before
-// the change the looks began once the wave was up, without old pods.
+// history's alone"), the rollout's looks hold the nine old pods' traffic
+// beside the new pod's: counted as the moved workload's, the mix would be
+// under the floor. They count from the moment the wave was up.
 func TestWithoutAPodLabelARolloutIsNotPassedOnItsOldPods(t *testing.T) {
 	m, r := onDelete(false)
 	g := newSequentialGate(t, &rangeProm{matrix: m})
@@ -402,7 +401,7 @@ func TestAnOldIncarnationsLastScrapeStaysTheOldPods(t *testing.T) {
 	looks := increases(model.Matrix{sampled("web", "web-0", "503", t0, 40, 50, 60, 70, 5)}, r, 1)
 	recreated := pod("web-0", "1-26")
 	recreated.CreatedAt = t0.Add(45 * time.Second)
-	moved, old := splitOld(looks, r, member("web", recreated), "1-26", t0, t0, hist)
+	moved, old, _ := splitOld(looks, r, member("web", recreated), "1-26", t0, t0, hist)
 	assert.Equal(t, []float64{0, 10, 10, 10, 0}, sumLooks(old, "503"), "CreationTimestamp t0+45s: the step at t0+45s is the old pod's")
 	assert.Equal(t, []float64{0, 0, 0, 0, 5}, sumLooks(moved, "503"))
 
@@ -415,7 +414,191 @@ func TestAnOldIncarnationsLastScrapeStaysTheOldPods(t *testing.T) {
 	b.Metric["instance"] = "10.0.0.2:15020"
 	looks = increases(model.Matrix{a, b}, r, 1)
 	recreated.CreatedAt = t0.Add(40 * time.Second)
-	moved, old = splitOld(looks, r, member("web", recreated), "1-26", t0, t0, hist)
+	moved, old, _ = splitOld(looks, r, member("web", recreated), "1-26", t0, t0, hist)
 	assert.Equal(t, []float64{0, 10, 10, 10, 0}, sumLooks(old, "503"), "the old incarnation's series is the old pod's")
 	assert.Equal(t, []float64{0, 0, 0, 0, 5}, sumLooks(moved, "503"))
+}
+
+// Every pod scraped at one address (one exporter for all, as a proxy
+// behind a node-local agent may be): a StatefulSet pod recreated on the
+// target begins its 503 series after the restart at an address its old
+// incarnation had. The series is the new pod's once the old one's counters
+// started again, never the old pod's: counted there, the revision's 5xx
+// left it error-free, and it passed.
+func TestANewIncarnationsFirst503AtTheOldAddressIsTheMovedPods(t *testing.T) {
+	start, steps := t0.Add(-10*time.Minute), 61
+	m := lives("web", "web-0", start, steps, life{0, 44, 200, 0, "exporter:9090"}, life{45, steps, 200, 0.3, "exporter:9090"})
+	r := promv1.Range{Start: t0, End: step(start, steps-1), Step: 15 * time.Second}
+	hr := promv1.Range{Start: start, End: t0, Step: 15 * time.Second}
+	hist, looks := increases(m, hr, 1), increases(m, r, 20)
+	recreated := pod("web-0", "1-26")
+	recreated.CreatedAt = step(start, 45).Add(-5 * time.Second)
+	moved, old, _ := splitOld(looks, r, member("web", recreated), "1-26", t0, t0, hist)
+	assert.Equal(t, 0.0, sum(sumLooks(old, "503")), "no 5xx of the new pod is the old one's")
+	assert.Equal(t, 0.3*200*16, sum(sumLooks(moved, "503")), "the new pod's 5xx from its first look")
+	assert.Equal(t, 200.0*4, sum(sumLooks(old, "200")), "the old pod's four looks after the restart")
+}
+
+// sum adds up looks 1 on: look 0 is the range's baseline, which the
+// replay never reads.
+func sum(vs []float64) float64 {
+	out := 0.0
+	for _, v := range vs[1:] {
+		out += v
+	}
+	return out
+}
+
+// A moved pod of a Deployment deleted after the wave is up (an HPA's
+// scale-down, an eviction) keeps its looks in every later replay: its
+// name carries its ReplicaSet's template hash, that of the moved pods
+// still in the snapshot. An old pod created after the restart (the old
+// ReplicaSet scaled up) and gone stays an old one by its hash.
+func TestAMovedPodDeletedAfterTheWaveWasUpStaysInTheReplay(t *testing.T) {
+	start, steps := t0.Add(-10*time.Minute), 61
+	var m model.Matrix
+	m = append(m, lives("web", "web-6c8f9-aaaaa", start, steps, life{0, 40, 1000, 0.01, ""})...)
+	m = append(m, lives("web", "web-6c8f9-bbbbb", start, steps, life{41, 44, 1000, 0.01, ""})...)
+	m = append(m, lives("web", "web-7d4b5-ccccc", start, steps, life{41, 55, 1000, 0.015, ""})...)
+	m = append(m, lives("web", "web-7d4b5-ddddd", start, steps, life{41, steps, 1000, 0.015, ""})...)
+	newPod := func(name string) canary.Pod {
+		p := pod(name, "1-26")
+		p.CreatedAt, p.Labels = t0.Add(time.Second), map[string]string{"pod-template-hash": "7d4b5"}
+		return p
+	}
+	ready := step(start, 42)
+	g := newSequentialGate(t, &rangeProm{matrix: m})
+	before := wave(member("web", newPod("web-7d4b5-ccccc"), newPod("web-7d4b5-ddddd")))
+	before.Analysis.ReadyAt = &ready
+	v1 := g.Evaluate(context.Background(), before, step(start, 55).Add(16*time.Second))
+	after := wave(member("web", newPod("web-7d4b5-ddddd")))
+	after.Analysis.ReadyAt = &ready
+	v2 := g.Evaluate(context.Background(), after, step(start, 56).Add(16*time.Second))
+	require.Len(t, v1.Measurements, 1)
+	require.Len(t, v2.Measurements, 1)
+	assert.Contains(t, v1.Reason, "web: error ratio 1.50% (450/30000), 1.50% (120/8000) of it against its pods not yet replaced's 1.00% (40/4000) in the 4 looks both served")
+	assert.Contains(t, v2.Reason, "web: error ratio 1.50% (465/31000), 1.50% (120/8000) of it against its pods not yet replaced's 1.00% (40/4000) in the 4 looks both served",
+		"a look more, and every look of the deleted pod")
+}
+
+// A StatefulSet (OnDelete or RollingUpdate) recreates web-0 and web-1 on
+// the broken target under the same names, and they are scraped at the
+// addresses they had before the restart: a CNI that keeps a StatefulSet
+// pod's IP (Kube-OVN, Spiderpool, Calico ipAddrs), an IP handed back out
+// on the same node, or a PodMonitor that relabels instance to the pod's
+// name. Their 200 series reset, and their 503 series begin at the old
+// address after it: both are the moved pods', and the revision serving
+// 30% of 5xx is never passed.
+func TestARecreationAtTheSameAddressKeepsTheTargetsErrorsInTheMovedArm(t *testing.T) {
+	start, steps := t0.Add(-10*time.Minute), 81 // t0 is step 40
+	var m model.Matrix
+	m = append(m, lives("web", "web-0", start, steps, life{0, 42, 1000, 0, "10.0.0.1:15020"}, life{43, steps, 1000, 0.3, "10.0.0.1:15020"})...)
+	m = append(m, lives("web", "web-1", start, steps, life{0, 41, 1000, 0, "10.0.0.2:15020"}, life{42, steps, 1000, 0.3, "10.0.0.2:15020"})...)
+	w0, w1 := pod("web-0", "1-26"), pod("web-1", "1-26")
+	w0.CreatedAt, w1.CreatedAt = step(start, 43).Add(-5*time.Second), step(start, 42).Add(-5*time.Second)
+	ready := step(start, 44)
+	wv := wave(member("StatefulSet/web", w0, w1))
+	wv.Analysis.ReadyAt = &ready
+
+	g := newSequentialGate(t, &rangeProm{matrix: m})
+	v := g.Evaluate(context.Background(), wv, step(start, steps))
+	t.Logf("%s: %s", v.Result, v.Reason)
+	assert.NotEqual(t, canary.ResultPass, v.Result, "every pod on the target serves 30%% of 5xx, none before: %s", v.Reason)
+}
+
+// The same, at splitOld: the recreated pod's 503s after its creation are
+// the moved pod's.
+func TestANewSeriesAtAnOldAddressAfterCreationIsNotTheOldPods(t *testing.T) {
+	start, steps := t0.Add(-10*time.Minute), 50
+	m := lives("web", "web-0", start, steps, life{0, 42, 1000, 0, "10.0.0.1:15020"}, life{43, steps, 1000, 0.3, "10.0.0.1:15020"})
+	hr := promv1.Range{Start: start, End: t0, Step: 15 * time.Second}
+	lr := promv1.Range{Start: t0, End: step(start, steps-1), Step: 15 * time.Second}
+	hist, looks := increases(m, hr, 20), increases(m, lr, 20)
+	p := pod("web-0", "1-26")
+	p.CreatedAt = step(start, 43).Add(-5 * time.Second)
+	moved, old, _ := splitOld(looks, lr, member("StatefulSet/web", p), "1-26", t0, t0, hist)
+	// Looks 3.. (steps 43..49) are the recreated pod's, created before step 43.
+	assert.Zero(t, sumLooks(old, "503")[5], "a 503 of the pod on the target, after its creation, filed as the old pod's")
+	assert.NotZero(t, sumLooks(moved, "503")[5], "the moved pod's 503s are missing from the moved arm")
+}
+
+// The wave's ReadyAt a few seconds ahead of the judging replica's clock
+// (replicas' clocks apart, or an edited status): series without a pod
+// label are not yet the moved pods', so the nine old pods' 0.1% never
+// dilutes the broken pod's 3% under the floor.
+func TestAReadyAtAheadOfNowDoesNotCountTheOldPodsAsMoved(t *testing.T) {
+	m, r := onDelete(false)
+	now := r.End.Add(15 * time.Second)
+	g := newSequentialGate(t, &rangeProm{matrix: m})
+	v := g.Evaluate(context.Background(), onDeleteWave(now.Add(2*time.Second)), now)
+	t.Logf("%s: %s", v.Result, v.Reason)
+	assert.NotEqual(t, canary.ResultPass, v.Result, v.Reason)
+}
+
+// Without instance labels, a recreated StatefulSet pod's old incarnation
+// whose last scrape (2s before the new pod's creation, a draining proxy's
+// 503s) shows at the step after its successor's CreationTimestamp stays
+// the old pod's: the successor's counts begin at its first reset.
+func TestAnOldIncarnationsLastScrapeRoundedPastCreationIsNotTheRevisions(t *testing.T) {
+	start := t0.Add(-time.Minute)
+	r := promv1.Range{Start: t0, End: t0.Add(time.Minute), Step: 15 * time.Second}
+	hist := increases(model.Matrix{sampled("web", "web-0", "503", start, 0, 10, 20, 30, 40)}, promv1.Range{Start: start, End: t0, Step: 15 * time.Second}, 1)
+	s := sampled("web", "web-0", "503", t0, 40, 50, 60, 70, 5)
+	// The old incarnation's last scrape at t0+40s (put at the step t0+45s),
+	// the new pod created at t0+42s, first scraped at t0+60s.
+	s.Values[3].Timestamp = model.TimeFromUnixNano(t0.Add(40 * time.Second).UnixNano())
+	looks := increases(model.Matrix{s}, r, 1)
+	p := pod("web-0", "1-26")
+	p.CreatedAt = t0.Add(42 * time.Second)
+	moved, old, _ := splitOld(looks, r, member("web", p), "1-26", t0, t0, hist)
+	assert.Equal(t, []float64{0, 10, 10, 10, 0}, sumLooks(old, "503"), "the old incarnation's last scrape")
+	assert.Equal(t, []float64{0, 0, 0, 0, 5}, sumLooks(moved, "503"))
+}
+
+// A pass reads every look against the history alone: its reason and its
+// measurement name the history as its control, never the old pods.
+func TestAPassDoesNotNameTheOldPodsAsItsControl(t *testing.T) {
+	m, r := rolling(6, 30, 300, 0)
+	g := newSequentialGate(t, &rangeProm{matrix: m})
+	v := g.Evaluate(context.Background(), rollingWave(t0.Add(90*time.Second)), r.End.Add(15*time.Second))
+	t.Logf("%s: %s", v.Result, v.Reason)
+	if v.Result != canary.ResultPass {
+		t.Skipf("no pass to read: %s", v.Reason)
+	}
+	assert.NotContains(t, v.Measurements[0].Control, "its pods not yet replaced", "a pass stands on the history alone")
+	assert.NotContains(t, v.Reason, "against its pods not yet replaced's")
+}
+
+// An old pod (gone from the snapshot by the time the gate runs, as every
+// replaced pod is) scraped with an instance label whose proxy restarted
+// in place during the rollout (an OOM-killed istio-proxy: same pod, same
+// address, still on the source): its 200s and its first 503s after the
+// restart stay in one arm, never its 503s without its 200s.
+func TestAnOldPodsInPlaceProxyRestartKeepsItsSeriesTogether(t *testing.T) {
+	start, steps := t0.Add(-10*time.Minute), 50
+	m := lives("web", "web-old", start, steps, life{0, 42, 1000, 0, "10.0.0.1:15020"}, life{43, steps, 1000, 0.01, "10.0.0.1:15020"})
+	hr := promv1.Range{Start: start, End: t0, Step: 15 * time.Second}
+	lr := promv1.Range{Start: t0, End: step(start, steps-1), Step: 15 * time.Second}
+	hist, looks := increases(m, hr, 20), increases(m, lr, 20)
+	_, old, _ := splitOld(looks, lr, member("web", pod("web-new", "1-26")), "1-26", t0, t0, hist)
+	errs, reqs := sumLooks(old, "503"), sumLooks(old, "200")
+	t.Logf("old arm, 503: %v, 200: %v", errs, reqs)
+	assert.Equal(t, errs[5] > 0, reqs[5] > 0, "an arm holds a pod's 503s only with its 200s")
+}
+
+// Prometheus's clock 20s behind the agent's (Record.At) and the
+// apiserver's (CreatedAt): a new Deployment pod's first scrape carries a
+// timestamp at or before the restart. Once it was created, as the cluster
+// says, its counts are the moved pod's.
+func TestANewPodScrapedBeforeTheRestartByPrometheusClockIsMovedOnceCreated(t *testing.T) {
+	start, steps := t0.Add(-10*time.Minute), 50
+	m := lives("web", "web-new", start, steps, life{40, steps, 1000, 0.3, "10.0.0.9:15020"})
+	hr := promv1.Range{Start: start, End: t0, Step: 15 * time.Second}
+	lr := promv1.Range{Start: t0, End: step(start, steps-1), Step: 15 * time.Second}
+	hist, looks := increases(m, hr, 20), increases(m, lr, 20)
+	p := pod("web-new", "1-26")
+	p.CreatedAt = t0.Add(2 * time.Second)
+	moved, old, _ := splitOld(looks, lr, member("web", p), "1-26", t0, t0, hist)
+	assert.Zero(t, sumLooks(old, "503")[5], "the new pod's 503s filed as an old pod's")
+	assert.NotZero(t, sumLooks(moved, "503")[5])
 }
