@@ -403,10 +403,7 @@ func (g *SequentialGate) Judge(wave canary.WaveUnderTest, hm model.Matrix, hr pr
 	for _, w := range wave.Workloads {
 		me := map[string]bool{w.ObjectName(): true}
 		moved, old, neither := splitOld(looks, lr, w, wave.Expect, restartOf(wave), up, hist)
-		ev := g.replay(test, w.Name, count(hist, me), histControl, count(moved, me), count(old, me), lookControl)
-		for _, c := range count(neither, me)[1:] {
-			ev.leftOut += c.Requests
-		}
+		ev := g.replay(test, w.Name, count(hist, me), histControl, count(moved, me), count(old, me), count(neither, me), lookControl)
 		ev.noun = noun
 		results = append(results, ev)
 	}
@@ -415,7 +412,7 @@ func (g *SequentialGate) Judge(wave canary.WaveUnderTest, hm model.Matrix, hr pr
 
 // replay runs one workload's test: the history's looks, then the wave's.
 // The first step of each range is its baseline and counts nothing.
-func (g *SequentialGate) replay(test sequential.ErrorTest, name string, histT, histC, lookT, lookOld, lookC []sequential.Counts) workloadEvidence {
+func (g *SequentialGate) replay(test sequential.ErrorTest, name string, histT, histC, lookT, lookOld, lookNeither, lookC []sequential.Counts) workloadEvidence {
 	out := workloadEvidence{name: name}
 	var history []sequential.Look
 	for k := 1; k < len(histT); k++ {
@@ -433,6 +430,9 @@ func (g *SequentialGate) replay(test sequential.ErrorTest, name string, histT, h
 		l := sequential.Look{Treatment: lookT[k], Control: lookC[k]}
 		if k < len(lookOld) {
 			l.Own = lookOld[k]
+		}
+		if k < len(lookNeither) {
+			out.leftOut += lookNeither[k].Requests
 		}
 		if err := e.Observe(l); err != nil {
 			out.err = err

@@ -2,7 +2,6 @@ package analysis
 
 import (
 	"math"
-	"strings"
 	"time"
 
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
@@ -24,14 +23,17 @@ import (
 //     StatefulSet recreates its pods under the same names, and a new
 //     proxy counts from nothing.
 //   - A pod the snapshot shows on the expected revision is a moved one
-//     after it was created.
+//     after it was created. The snapshot, not a pod's name, says so: a
+//     pod the old ReplicaSet creates after the namespace was relabelled
+//     runs the target's proxy under the old template hash.
 //   - Series without a pod label are the moved pods' once the wave was up
 //     (every pod replaced), and in neither arm before.
 //
 // Anything else (a pod recreated more than once, one gone from the
 // snapshot after its first reset, one first seen after the restart and
-// not in the snapshot) counts for neither: no arm takes counts it may not
-// own.
+// not in the snapshot, such as a moved pod since deleted or a pod outside
+// the workload that reports its name) counts for neither: no arm takes
+// counts it may not own.
 func splitOld(looks []counter, r promv1.Range, w canary.WaveWorkload, expect string, waveRestart, ready time.Time, history []counter) (moved, old, neither []counter) {
 	restart := w.Record.At
 	if restart.IsZero() {
@@ -75,13 +77,15 @@ func splitOld(looks []counter, r promv1.Range, w canary.WaveWorkload, expect str
 	// new proxy, at the same address, under the same series, and every
 	// series of the pod is the new one's from then on, those it begins
 	// later (its first 503) too.
-	readdressed, reset := map[string]bool{}, map[string]time.Time{}
+	readdressed, reset := map[string]time.Time{}, map[string]time.Time{}
 	for _, c := range looks {
 		if c.workload != name || c.pod == "" || !before[c.pod] {
 			continue
 		}
 		if c.instance != "" && !addresses[c.pod][c.instance] {
-			readdressed[c.pod] = true
+			if t, ok := readdressed[c.pod]; !ok || c.first.Before(t) {
+				readdressed[c.pod] = c.first
+			}
 		}
 		if c.first.IsZero() || c.first.After(restart) {
 			continue
@@ -90,28 +94,12 @@ func splitOld(looks []counter, r promv1.Range, w canary.WaveWorkload, expect str
 			reset[c.pod] = firstReset(c)
 		}
 	}
+	isReaddressed := func(pod string) bool { _, ok := readdressed[pod]; return ok }
 	resetOf := func(pod string) time.Time {
 		if t, ok := reset[pod]; ok {
 			return t
 		}
 		return never
-	}
-	// The template hashes of a Deployment's moved pods and of its old ones.
-	movedHashes, oldHashes := map[string]bool{}, map[string]bool{}
-	for _, p := range w.Pods {
-		if h := p.Labels["pod-template-hash"]; h != "" && p.Revision == expect {
-			movedHashes[h] = true
-		}
-	}
-	for _, p := range w.Pods {
-		if h := p.Labels["pod-template-hash"]; h != "" && p.Revision != expect && !movedHashes[h] {
-			oldHashes[h] = true
-		}
-	}
-	for pod := range before {
-		if h := templateHash(name, pod); h != "" && !movedHashes[h] {
-			oldHashes[h] = true
-		}
 	}
 	const (
 		toMoved = iota
@@ -131,10 +119,14 @@ func splitOld(looks []counter, r promv1.Range, w canary.WaveWorkload, expect str
 		switch {
 		case known && !onTarget:
 			return toOld
-		case readdressed[c.pod] && addresses[c.pod][c.instance] && t.Before(firstReset(c)):
-			// The old incarnation's own address, to its last scrape.
+		case isReaddressed(c.pod) && addresses[c.pod][c.instance] && t.Before(firstReset(c)) &&
+			(!c.first.After(restart) || c.first.Before(readdressed[c.pod])) && (!onTarget || t.Before(p.CreatedAt.Add(r.Step))):
+			// The old incarnation's own address, to its last scrape: a
+			// series there begun once the pod was scraped elsewhere, or
+			// after its current incarnation was created, is a later
+			// incarnation's, which may have got the address back.
 			return toOld
-		case readdressed[c.pod]:
+		case isReaddressed(c.pod):
 			if newOne {
 				return toMoved
 			}
@@ -146,21 +138,6 @@ func splitOld(looks []counter, r promv1.Range, w canary.WaveWorkload, expect str
 			return toOld
 		case newOne:
 			return toMoved
-		case known || before[c.pod]:
-			return toNeither
-		}
-		// A pod gone from the snapshot that first served after the
-		// restart. A Deployment's pod names its ReplicaSet's template
-		// hash: one of the moved pods' is a moved pod, one of the old
-		// pods' an old one. A DaemonSet or StatefulSet creates only pods
-		// of the moved template after the restart.
-		switch hash := templateHash(name, c.pod); {
-		case w.KindOf() != canary.KindDeployment:
-			return toMoved
-		case movedHashes[hash]:
-			return toMoved
-		case oldHashes[hash]:
-			return toOld
 		}
 		return toNeither
 	}
@@ -184,19 +161,4 @@ func splitOld(looks []counter, r promv1.Range, w canary.WaveWorkload, expect str
 		moved, old, neither = append(moved, m), append(old, o), append(neither, n)
 	}
 	return moved, old, neither
-}
-
-// templateHash is the ReplicaSet template hash in the name of a pod of
-// the Deployment named deployment (<deployment>-<hash>-<suffix>); "" for
-// a name of another shape.
-func templateHash(deployment, pod string) string {
-	rest, ok := strings.CutPrefix(pod, deployment+"-")
-	if !ok {
-		return ""
-	}
-	i := strings.LastIndexByte(rest, '-')
-	if i <= 0 {
-		return ""
-	}
-	return rest[:i]
 }

@@ -450,11 +450,14 @@ func sum(vs []float64) float64 {
 }
 
 // A moved pod of a Deployment deleted after the wave is up (an HPA's
-// scale-down, an eviction) keeps its looks in every later replay: its
-// name carries its ReplicaSet's template hash, that of the moved pods
-// still in the snapshot. An old pod created after the restart (the old
-// ReplicaSet scaled up) and gone stays an old one by its hash.
-func TestAMovedPodDeletedAfterTheWaveWasUpStaysInTheReplay(t *testing.T) {
+// scale-down, an eviction) is gone from the snapshot, and nothing else
+// says it ran the target: its template hash does not (a pod the old
+// ReplicaSet creates after the namespace was relabelled runs the target's
+// proxy under the old hash), nor its name (a pod outside the workload may
+// report it). Its looks then count for neither arm, and the reason says
+// how many requests that left out; so do those of an old ReplicaSet's pod
+// created after the restart and gone.
+func TestAPodGoneFromTheSnapshotThatFirstServedAfterTheRestartIsLeftOut(t *testing.T) {
 	start, steps := t0.Add(-10*time.Minute), 61
 	var m model.Matrix
 	m = append(m, lives("web", "web-6c8f9-aaaaa", start, steps, life{0, 40, 1000, 0.01, ""})...)
@@ -476,9 +479,9 @@ func TestAMovedPodDeletedAfterTheWaveWasUpStaysInTheReplay(t *testing.T) {
 	v2 := g.Evaluate(context.Background(), after, step(start, 56).Add(16*time.Second))
 	require.Len(t, v1.Measurements, 1)
 	require.Len(t, v2.Measurements, 1)
-	assert.Contains(t, v1.Reason, "web: error ratio 1.50% (450/30000), 1.50% (120/8000) of it against its pods not yet replaced's 1.00% (40/4000) in the 4 looks both served")
-	assert.Contains(t, v2.Reason, "web: error ratio 1.50% (465/31000), 1.50% (120/8000) of it against its pods not yet replaced's 1.00% (40/4000) in the 4 looks both served",
-		"a look more, and every look of the deleted pod")
+	assert.Contains(t, v1.Reason, "web: error ratio 1.50% (450/30000) (4000 requests of pods not told apart left out) against 1.00% (400/40000) before the restart; control: its own error ratio before the restart;")
+	assert.Contains(t, v2.Reason, "web: error ratio 1.50% (240/16000) (19000 requests of pods not told apart left out) against 1.00% (400/40000) before the restart; control: its own error ratio before the restart;",
+		"the deleted pod's 15 looks left out")
 }
 
 // A StatefulSet (OnDelete or RollingUpdate) recreates web-0 and web-1 on
@@ -601,4 +604,108 @@ func TestANewPodScrapedBeforeTheRestartByPrometheusClockIsMovedOnceCreated(t *te
 	moved, old, _ := splitOld(looks, lr, member("web", p), "1-26", t0, t0, hist)
 	assert.Zero(t, sumLooks(old, "503")[5], "the new pod's 503s filed as an old pod's")
 	assert.NotZero(t, sumLooks(moved, "503")[5])
+}
+
+// A workload of the wave with no series at all (idle) while the
+// namespace has others: its check waits, and nothing breaks.
+func TestAnIdleWorkloadWaitsForEvidence(t *testing.T) {
+	start, steps := t0.Add(-10*time.Minute), 61
+	m := lives("ratings", "ratings-1", start, steps, life{0, steps, 100, 0, ""})
+	r := promv1.Range{Start: start, End: step(start, steps-1), Step: 15 * time.Second}
+	ready := step(start, 42)
+	wv := wave(member("web", pod("web-0", "1-26")))
+	wv.Analysis.ReadyAt = &ready
+	wv.Unmoved = []string{"ratings"}
+	g := newSequentialGate(t, &rangeProm{matrix: m})
+	var v canary.Verdict
+	require.NotPanics(t, func() { v = g.Evaluate(context.Background(), wv, r.End.Add(15*time.Second)) })
+	assert.Equal(t, canary.ResultPending, v.Result, v.Reason)
+	assert.Contains(t, v.Reason, "web: error ratio 0.00% (0/0) against 0.00% (0/0) before the restart")
+}
+
+// A StatefulSet pod recreated on the broken target twice, A -> B -> A (an
+// IP handed back out): the last incarnation's first 503 series at A,
+// begun after the pod was scraped at B, is never the old pod's, and the
+// revision serving 30% of 5xx is not passed.
+func TestAPodBackAtAnOldAddressAfterAnotherIsNotTheOldPod(t *testing.T) {
+	start, steps := t0.Add(-10*time.Minute), 101 // t0 is step 40
+	A, B := "10.0.0.1:15020", "10.0.0.9:15020"
+	m := lives("web", "web-0", start, steps,
+		life{0, 41, 1000, 0, A}, life{43, 46, 1000, 0.3, B}, life{48, steps, 1000, 0.3, A})
+	w0 := pod("web-0", "1-26")
+	w0.CreatedAt = step(start, 48).Add(-5 * time.Second)
+	ready := step(start, 49)
+	wv := wave(member("StatefulSet/web", w0))
+	wv.Analysis.ReadyAt = &ready
+	g := newSequentialGate(t, &rangeProm{matrix: m})
+	v := g.Evaluate(context.Background(), wv, step(start, steps))
+	t.Logf("%s: %s", v.Result, v.Reason)
+	assert.NotEqual(t, canary.ResultPass, v.Result, "web-0 serves 30%% of 5xx on the target, none before: %s", v.Reason)
+
+	hr := promv1.Range{Start: start, End: t0, Step: 15 * time.Second}
+	lr := promv1.Range{Start: t0, End: step(start, steps-1), Step: 15 * time.Second}
+	hist, looks := increases(m, hr, 20), increases(m, lr, 20)
+	_, old, _ := splitOld(looks, lr, wv.Workloads[0], "1-26", t0, ready, hist)
+	assert.Zero(t, sum(sumLooks(old, "503")), "the target incarnation's 5xx filed as the old pod's")
+}
+
+// A DaemonSet's old pod that served nothing before the restart, then
+// served (and drained) on the source before it was replaced: gone from
+// the snapshot, it is never a moved pod.
+func TestAnIdleOldDaemonSetPodIsNeverAMovedOne(t *testing.T) {
+	start, steps := t0.Add(-10*time.Minute), 61
+	var m model.Matrix
+	m = append(m, lives("agent", "agent-old1", start, steps, life{0, 41, 100, 0, "10.0.0.1:15020"})...)
+	m = append(m, lives("agent", "agent-old2", start, steps, life{43, 46, 100, 0.5, "10.0.0.2:15020"})...) // idle before, drains with 503s
+	m = append(m, lives("agent", "agent-new1", start, steps, life{42, steps, 100, 0, "10.0.0.3:15020"})...)
+	n1, n2 := pod("agent-new1", "1-26"), pod("agent-new2", "1-26")
+	n1.CreatedAt, n2.CreatedAt = step(start, 41), step(start, 47)
+	w := member("DaemonSet/agent", n1, n2)
+	w.Workload.Kind = canary.KindDaemonSet
+	hr := promv1.Range{Start: start, End: t0, Step: 15 * time.Second}
+	lr := promv1.Range{Start: t0, End: step(start, steps-1), Step: 15 * time.Second}
+	hist, looks := increases(m, hr, 20), increases(m, lr, 20)
+	moved, _, _ := splitOld(looks, lr, w, "1-26", t0, step(start, 48), hist)
+	assert.Zero(t, sum(sumLooks(moved, "503")), "the old (source) pod's 5xx filed as the moved pods'")
+}
+
+// The namespace label is switched before the restart, so a pod the old
+// ReplicaSet creates after it (an eviction's replacement, proportional
+// scaling) runs the target's proxy under the old template hash. Gone from
+// the snapshot, it is never the control.
+func TestAPodUnderTheOldTemplateHashOnTheTargetIsNeverTheControl(t *testing.T) {
+	start, steps := t0.Add(-10*time.Minute), 61
+	var m model.Matrix
+	m = append(m, lives("web", "web-6c8f9-aaaaa", start, steps, life{0, 44, 1000, 0, ""})...)
+	m = append(m, lives("web", "web-6c8f9-zzzzz", start, steps, life{42, 46, 1000, 0.3, ""})...) // replacement, target proxy
+	m = append(m, lives("web", "web-7d4b5-ccccc", start, steps, life{42, steps, 1000, 0.3, ""})...)
+	p := pod("web-7d4b5-ccccc", "1-26")
+	p.CreatedAt, p.Labels = t0.Add(time.Second), map[string]string{"pod-template-hash": "7d4b5"}
+	w := member("web", p)
+	hr := promv1.Range{Start: start, End: t0, Step: 15 * time.Second}
+	lr := promv1.Range{Start: t0, End: step(start, steps-1), Step: 15 * time.Second}
+	hist, looks := increases(m, hr, 20), increases(m, lr, 20)
+	_, old, _ := splitOld(looks, lr, w, "1-26", t0, step(start, 48), hist)
+	assert.Zero(t, sum(sumLooks(old, "503")), "a target proxy's 5xx in the old arm")
+}
+
+// A bare pod (no owner: never in the snapshot) named like the moved
+// ReplicaSet's, reporting destination_workload=web (Istio derives it from
+// an ownerless ReplicaSet web-7d4b5 too): its healthy traffic never
+// counts as the moved pods', to dilute a broken revision under the floor.
+func TestABarePodNamedLikeTheMovedOnesNeverDilutesThem(t *testing.T) {
+	start, steps := t0.Add(-10*time.Minute), 101
+	var m model.Matrix
+	m = append(m, lives("web", "web-6c8f9-aaaaa", start, steps, life{0, 41, 1000, 0, ""})...)
+	m = append(m, lives("web", "web-7d4b5-ccccc", start, steps, life{42, steps, 1000, 0.03, ""})...)
+	m = append(m, lives("web", "web-7d4b5-evil1", start, steps, life{42, steps, 100000, 0, ""})...)
+	p := pod("web-7d4b5-ccccc", "1-26")
+	p.CreatedAt, p.Labels = t0.Add(time.Second), map[string]string{"pod-template-hash": "7d4b5"}
+	ready := step(start, 43)
+	wv := wave(member("web", p))
+	wv.Analysis.ReadyAt = &ready
+	g := newSequentialGate(t, &rangeProm{matrix: m})
+	v := g.Evaluate(context.Background(), wv, step(start, steps))
+	t.Logf("%s: %s", v.Result, v.Reason)
+	assert.NotEqual(t, canary.ResultPass, v.Result, v.Reason)
 }
