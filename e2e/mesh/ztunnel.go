@@ -1,0 +1,280 @@
+package mesh
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/protobuf/types/known/structpb"
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+// The types a ztunnel subscribes to (ztunnel's src/xds/types.rs): the
+// workloads and services it may reach, and the authorization policies it
+// enforces. It does not ask for istio.workload.Workload.
+const (
+	TypeAddress       = "type.googleapis.com/istio.workload.Address"
+	TypeAuthorization = "type.googleapis.com/istio.security.Authorization"
+)
+
+// ZtunnelServiceAccount is the service account a ztunnel runs as, in the
+// root namespace, as Istio's ztunnel chart names it.
+const ZtunnelServiceAccount = "ztunnel"
+
+// Ztunnel simulates the ztunnel of one node, as a real one talks to istiod:
+// a delta ADS stream over TLS on 15012 to its revision's istiod, with a
+// token of the root namespace's ztunnel service account (audience
+// istio-ca), the node ID ztunnel~<ip>~<pod>.<root>~<root>.svc.cluster.local
+// and the metadata ztunnel sends, and one wildcard subscription to each of
+// Address and Authorization. It ACKs every response, so istiod's syncz
+// lists it SYNCED; SetStatus makes it stall (STALE) or NACK (ERROR) a type,
+// at the protocol level. The revision's istiod must run with
+// PILOT_ENABLE_AMBIENT=true, without which it refuses a ztunnel.
+type Ztunnel struct {
+	d       *realIstiod
+	name    string // the ztunnel pod's name
+	node    string
+	ip      string
+	cancel  context.CancelFunc
+	done    chan struct{}
+	restart chan struct{}
+
+	mu        sync.Mutex
+	streaming bool
+	status    map[string]statusv3.ConfigStatus
+	resources map[string]map[string]bool // type -> names held
+	nacked    map[string]int
+	lastErr   error
+}
+
+// StartZtunnel starts the simulated ztunnel of node (its pod named name,
+// at ip) against revision rev's real istiod, and keeps it connected until
+// Stop.
+func (m *Mesh) StartZtunnel(ctx context.Context, rev, name, node, ip string) (*Ztunnel, error) {
+	d, ok := m.Istiod(rev).(*realIstiod)
+	if !ok {
+		return nil, fmt.Errorf("revision %s does not run the real istiod", rev)
+	}
+	if err := m.ensureServiceAccount(ctx, m.opts.RootNamespace, ZtunnelServiceAccount); err != nil {
+		return nil, err
+	}
+	zctx, cancel := context.WithCancel(context.Background())
+	z := &Ztunnel{d: d, name: name, node: node, ip: ip, cancel: cancel, done: make(chan struct{}), restart: make(chan struct{}, 1),
+		status: map[string]statusv3.ConfigStatus{}, resources: map[string]map[string]bool{}, nacked: map[string]int{}}
+	go z.run(zctx)
+	return z, nil
+}
+
+func (m *Mesh) ensureServiceAccount(ctx context.Context, namespace, name string) error {
+	_, err := m.client.CoreV1().ServiceAccounts(namespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("service account %s/%s: %w", namespace, name, err)
+	}
+	return nil
+}
+
+// Stop closes the stream and waits for it to end.
+func (z *Ztunnel) Stop() {
+	z.cancel()
+	<-z.done
+}
+
+// ID is the proxy ID istiod's syncz lists it by: <pod>.<namespace>.
+func (z *Ztunnel) ID() string { return z.name + "." + z.d.m.opts.RootNamespace }
+
+// Connected reports whether its stream is open.
+func (z *Ztunnel) Connected() bool {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	return z.streaming
+}
+
+// Err is why its last stream ended, if one did.
+func (z *Ztunnel) Err() error {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	return z.lastErr
+}
+
+// Resources are the names of the resources of typeURL it holds, sorted:
+// for Address, a workload's uid (<cluster>//Pod/<namespace>/<pod>) or a
+// service's <namespace>/<hostname>.
+func (z *Ztunnel) Resources(typeURL string) []string {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	var out []string
+	for n := range z.resources[typeURL] {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Nacked is how many responses of typeURL it has refused.
+func (z *Ztunnel) Nacked(typeURL string) int {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	return z.nacked[typeURL]
+}
+
+// SetStatus makes it answer typeURL's responses as status says from now
+// on: SYNCED ACKs them, STALE never answers, ERROR NACKs them. The stream
+// is opened again, so that the change applies from the first response.
+func (z *Ztunnel) SetStatus(typeURL string, status statusv3.ConfigStatus) {
+	z.mu.Lock()
+	z.status[typeURL] = status
+	z.mu.Unlock()
+	select {
+	case z.restart <- struct{}{}:
+	default:
+	}
+}
+
+func (z *Ztunnel) run(ctx context.Context) {
+	defer close(z.done)
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := z.stream(ctx)
+		z.mu.Lock()
+		z.streaming, z.lastErr = false, err
+		z.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-z.restart:
+			backoff = 100 * time.Millisecond
+		case <-time.After(backoff):
+			backoff = min(2*backoff, 2*time.Second)
+		}
+	}
+}
+
+func (z *Ztunnel) stream(ctx context.Context) error {
+	root := z.d.m.opts.RootNamespace
+	token, err := z.token(ctx)
+	if err != nil {
+		return err
+	}
+	pool, err := (&envoy{d: z.d}).rootCA(ctx, root)
+	if err != nil {
+		return err
+	}
+	creds := credentials.NewTLS(&tls.Config{RootCAs: pool, ServerName: "istiod-" + z.d.rev.Name + "." + root + ".svc", MinVersion: tls.VersionTLS12})
+	conn, err := grpc.NewClient(z.d.serviceIP+":15012", grpc.WithTransportCredentials(creds), grpc.WithPerRPCCredentials(tokenCreds(token)))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-sctx.Done():
+		case <-z.restart:
+			select {
+			case z.restart <- struct{}{}:
+			default:
+			}
+			cancel()
+		}
+	}()
+	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(sctx)
+	if err != nil {
+		return err
+	}
+	node, err := z.nodeOf()
+	if err != nil {
+		return err
+	}
+	z.mu.Lock()
+	z.resources = map[string]map[string]bool{}
+	z.mu.Unlock()
+	for _, t := range []string{TypeAddress, TypeAuthorization} {
+		if err := stream.Send(&discoveryv3.DeltaDiscoveryRequest{Node: node, TypeUrl: t}); err != nil {
+			return err
+		}
+	}
+	z.mu.Lock()
+	z.streaming = true
+	z.mu.Unlock()
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		z.mu.Lock()
+		status := z.status[resp.TypeUrl]
+		if status != statusv3.ConfigStatus_ERROR {
+			held := z.resources[resp.TypeUrl]
+			if held == nil {
+				held = map[string]bool{}
+				z.resources[resp.TypeUrl] = held
+			}
+			for _, r := range resp.Resources {
+				held[r.Name] = true
+			}
+			for _, n := range resp.RemovedResources {
+				delete(held, n)
+			}
+		} else {
+			z.nacked[resp.TypeUrl]++
+		}
+		z.mu.Unlock()
+		ack := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resp.TypeUrl, ResponseNonce: resp.Nonce}
+		switch status {
+		case statusv3.ConfigStatus_STALE:
+			continue
+		case statusv3.ConfigStatus_ERROR:
+			ack.ErrorDetail = &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: "simulated ztunnel refuses " + resp.TypeUrl}
+		}
+		if err := stream.Send(ack); err != nil {
+			return err
+		}
+	}
+}
+
+// nodeOf is the node a ztunnel presents (ztunnel's src/xds/client.rs and
+// its config): the ztunnel type, the root namespace, and no proxy config.
+func (z *Ztunnel) nodeOf() (*corev3.Node, error) {
+	root := z.d.m.opts.RootNamespace
+	meta, err := structpb.NewStruct(map[string]any{
+		"NAME":         z.name,
+		"NAMESPACE":    root,
+		"INSTANCE_IPS": z.ip,
+		"NODE_NAME":    z.node,
+		"CLUSTER_ID":   "Kubernetes",
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &corev3.Node{
+		Id:       fmt.Sprintf("ztunnel~%s~%s.%s~%s.svc.cluster.local", z.ip, z.name, root, root),
+		Metadata: meta,
+	}, nil
+}
+
+// token is a token of the ztunnel service account, audience istio-ca.
+func (z *Ztunnel) token(ctx context.Context) (string, error) {
+	root := z.d.m.opts.RootNamespace
+	tr, err := z.d.m.client.CoreV1().ServiceAccounts(root).CreateToken(ctx, ZtunnelServiceAccount, &authnv1.TokenRequest{
+		Spec: authnv1.TokenRequestSpec{Audiences: []string{IstioCAAudience}, ExpirationSeconds: ptr.To[int64](3600)},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("token for %s/%s: %w", root, ZtunnelServiceAccount, err)
+	}
+	return tr.Status.Token, nil
+}

@@ -1,0 +1,98 @@
+package tests
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/meshwave/meshwave/analysis"
+	"github.com/meshwave/meshwave/e2e/fixture"
+	"github.com/meshwave/meshwave/e2e/mesh"
+	"github.com/meshwave/meshwave/e2e/world"
+)
+
+// TestASimulatedZtunnelIsServedByTheRealIstiod connects the world's
+// simulated ztunnel to Istio's own istiod, run with ambient on, as a real
+// ztunnel connects: istiod sends it every pod of the cluster as an
+// Address, by the uid ztunnel keys workloads with, and its syncz lists the
+// ztunnel SYNCED on both types it subscribed to. A ztunnel that NACKs
+// shows as ERROR there, one that stops answering as STALE: the faults the
+// ztunnel-sync gate will read.
+func TestASimulatedZtunnelIsServedByTheRealIstiod(t *testing.T) {
+	f := fixture.New(t, world.Options{NoPrometheus: true, Revisions: []mesh.Revision{
+		{Name: "1-25"}, {Name: "1-26", Env: map[string]string{"PILOT_ENABLE_AMBIENT": "true"}},
+	}})
+	const ns = "ambient"
+	f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-26"}, nil).Deployment(ns, "app").RolledOut(ns)
+
+	z, err := f.World.Mesh.StartZtunnel(f.Ctx, "1-26", "ztunnel-x7k2p", "node-1", "10.244.0.250")
+	require.NoError(t, err)
+	t.Cleanup(z.Stop)
+
+	pods, _, err := f.DeploymentPods(ns, "app")
+	require.NoError(t, err)
+	var want []string
+	for _, p := range pods {
+		want = append(want, "Kubernetes//Pod/"+ns+"/"+p.Name)
+	}
+	f.Eventually("the ztunnel to hold every pod of "+ns+" as an Address", func() (bool, string) {
+		held := map[string]bool{}
+		for _, n := range z.Resources(mesh.TypeAddress) {
+			held[n] = true
+		}
+		for _, w := range want {
+			if !held[w] {
+				return false, fmt.Sprintf("connected %v (%v), holds %v", z.Connected(), z.Err(), z.Resources(mesh.TypeAddress))
+			}
+		}
+		return true, ""
+	})
+
+	token := f.IstioCAToken("meshwave")
+	client := analysis.GRPCSyncz{Port: f.World.Mesh.Ports().GRPCTLS, TokenFile: tokenFile(f, token), CAFile: rootCAFile(f),
+		RootNamespace: f.World.Mesh.RootNamespace(), PodName: "meshwave-6d4f9-x2x7q", PodIP: "127.0.0.1", Timeout: 10 * time.Second}
+	istiod := f.World.Mesh.Istiod("1-26")
+	statusOf := func() (map[string]statusv3.ConfigStatus, string) {
+		for i, ip := range istiod.ReplicaAddrs() {
+			proxies, err := client.Syncz(f.Ctx, analysis.Istiod{Pod: fmt.Sprint("replica-", i), IP: ip, Revision: "1-26"}, "")
+			if err != nil {
+				return nil, err.Error()
+			}
+			var ids []string
+			for _, p := range proxies {
+				if p.ID == z.ID() {
+					return p.Status, ""
+				}
+				ids = append(ids, p.ID)
+			}
+			return nil, "listed " + strings.Join(ids, ",")
+		}
+		return nil, "no replica"
+	}
+	for _, tc := range []struct {
+		name   string
+		fault  statusv3.ConfigStatus
+		expect statusv3.ConfigStatus
+	}{
+		{"a ztunnel that ACKs is SYNCED", statusv3.ConfigStatus_SYNCED, statusv3.ConfigStatus_SYNCED},
+		{"a ztunnel that NACKs its addresses is ERROR", statusv3.ConfigStatus_ERROR, statusv3.ConfigStatus_ERROR},
+		{"a ztunnel that stops answering is STALE", statusv3.ConfigStatus_STALE, statusv3.ConfigStatus_STALE},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			z.SetStatus(mesh.TypeAddress, tc.fault)
+			f.Eventually("istiod's syncz to list the ztunnel "+tc.expect.String()+" on Address", func() (bool, string) {
+				st, why := statusOf()
+				if st == nil {
+					return false, why
+				}
+				return st[mesh.TypeAddress] == tc.expect && st[mesh.TypeAuthorization] == statusv3.ConfigStatus_SYNCED, fmt.Sprint(st)
+			})
+		})
+	}
+	assert.Positive(t, z.Nacked(mesh.TypeAddress))
+}
