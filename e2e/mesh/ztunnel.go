@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/types/known/structpb"
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -57,6 +58,7 @@ type Ztunnel struct {
 	streaming bool
 	status    map[string]statusv3.ConfigStatus
 	resources map[string]map[string]bool // type -> names held
+	protocols map[string]string          // workload uid -> tunnel protocol
 	nacked    map[string]int
 	lastErr   error
 }
@@ -74,7 +76,8 @@ func (m *Mesh) StartZtunnel(ctx context.Context, rev, name, node, ip string) (*Z
 	}
 	zctx, cancel := context.WithCancel(context.Background())
 	z := &Ztunnel{d: d, name: name, node: node, ip: ip, cancel: cancel, done: make(chan struct{}), restart: make(chan struct{}, 1),
-		status: map[string]statusv3.ConfigStatus{}, resources: map[string]map[string]bool{}, nacked: map[string]int{}}
+		status: map[string]statusv3.ConfigStatus{}, resources: map[string]map[string]bool{}, nacked: map[string]int{},
+		protocols: map[string]string{}}
 	go z.run(zctx)
 	return z, nil
 }
@@ -122,6 +125,80 @@ func (z *Ztunnel) Resources(typeURL string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// Protocol is the tunnel protocol istiod gave the workload of uid, as
+// ztunnel-config workloads shows it: HBONE or TCP; "" when it holds no
+// such workload.
+func (z *Ztunnel) Protocol(uid string) string {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	return z.protocols[uid]
+}
+
+// workloadOf reads the uid and tunnel protocol of an istio.workload.Address
+// that holds a Workload, by the field numbers of Istio's
+// pkg/workloadapi/workload.proto (Address.workload 1; Workload.uid 20,
+// Workload.tunnel_protocol 5, HBONE = 1): the e2e module does not build
+// Istio's generated types.
+func workloadOf(address []byte) (uid, protocol string, ok bool) {
+	w, found := protoField(address, 1)
+	if !found {
+		return "", "", false
+	}
+	protocol = "TCP"
+	for len(w) > 0 {
+		num, typ, n := protowire.ConsumeTag(w)
+		if n < 0 {
+			return "", "", false
+		}
+		w = w[n:]
+		switch {
+		case num == 20 && typ == protowire.BytesType:
+			v, m := protowire.ConsumeBytes(w)
+			if m < 0 {
+				return "", "", false
+			}
+			uid, w = string(v), w[m:]
+		case num == 5 && typ == protowire.VarintType:
+			v, m := protowire.ConsumeVarint(w)
+			if m < 0 {
+				return "", "", false
+			}
+			if v == 1 {
+				protocol = "HBONE"
+			}
+			w = w[m:]
+		default:
+			m := protowire.ConsumeFieldValue(num, typ, w)
+			if m < 0 {
+				return "", "", false
+			}
+			w = w[m:]
+		}
+	}
+	return uid, protocol, uid != ""
+}
+
+// protoField is the bytes of the first field num of message b.
+func protoField(b []byte, num protowire.Number) ([]byte, bool) {
+	for len(b) > 0 {
+		n, typ, k := protowire.ConsumeTag(b)
+		if k < 0 {
+			return nil, false
+		}
+		b = b[k:]
+		if n == num && typ == protowire.BytesType {
+			v, m := protowire.ConsumeBytes(b)
+			return v, m >= 0
+		}
+		m := protowire.ConsumeFieldValue(n, typ, b)
+		if m < 0 {
+			return nil, false
+		}
+		b = b[m:]
+	}
+	return nil, false
 }
 
 // Nacked is how many responses of typeURL it has refused.
@@ -201,7 +278,7 @@ func (z *Ztunnel) stream(ctx context.Context) error {
 		return err
 	}
 	z.mu.Lock()
-	z.resources = map[string]map[string]bool{}
+	z.resources, z.protocols = map[string]map[string]bool{}, map[string]string{}
 	z.mu.Unlock()
 	for _, t := range []string{TypeAddress, TypeAuthorization} {
 		if err := stream.Send(&discoveryv3.DeltaDiscoveryRequest{Node: node, TypeUrl: t}); err != nil {
@@ -226,9 +303,17 @@ func (z *Ztunnel) stream(ctx context.Context) error {
 			}
 			for _, r := range resp.Resources {
 				held[r.Name] = true
+				if resp.TypeUrl == TypeAddress && r.Resource != nil {
+					if uid, protocol, ok := workloadOf(r.Resource.Value); ok {
+						z.protocols[uid] = protocol
+					}
+				}
 			}
 			for _, n := range resp.RemovedResources {
 				delete(held, n)
+				if resp.TypeUrl == TypeAddress {
+					delete(z.protocols, n)
+				}
 			}
 		} else {
 			z.nacked[resp.TypeUrl]++

@@ -1,0 +1,105 @@
+package tests
+
+import (
+	"fmt"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/meshwave/meshwave/e2e/fixture"
+	"github.com/meshwave/meshwave/e2e/mesh"
+	"github.com/meshwave/meshwave/e2e/world"
+)
+
+// TestPodLabelsEnrolAWorkloadInAmbientWhileItsNamespaceKeepsItsSidecars
+// proves, against Istio's own injector and istiod, the mechanism the move
+// to ambient is designed on (docs/ambient.md): the namespace keeps
+// istio.io/rev, and a moved workload's pod template carries
+// sidecar.istio.io/inject=false and istio.io/dataplane-mode=ambient.
+//   - The moved workload's pods run no sidecar, istio-cni enrols them, and
+//     istiod gives them to ztunnel with protocol HBONE.
+//   - A waiting workload's pod deleted mid-migration (a drain, an
+//     eviction) comes back with its sidecar from the namespace's revision,
+//     never enrolled: no pod changes mode ahead of its wave.
+func TestPodLabelsEnrolAWorkloadInAmbientWhileItsNamespaceKeepsItsSidecars(t *testing.T) {
+	f := fixture.New(t, world.Options{NoPrometheus: true, Revisions: []mesh.Revision{
+		{Name: "1-25"}, {Name: "1-26", Env: map[string]string{"PILOT_ENABLE_AMBIENT": "true"}},
+	}})
+	cni, err := f.World.Mesh.StartCNI(f.Ctx)
+	require.NoError(t, err)
+	t.Cleanup(cni.Stop)
+	z, err := f.World.Mesh.StartZtunnel(f.Ctx, "1-26", "ztunnel-q9m4d", "node-1", "10.244.0.251")
+	require.NoError(t, err)
+	t.Cleanup(z.Stop)
+
+	const ns = "shop"
+	ambient := func(d *appsv1.Deployment) {
+		d.Spec.Template.Labels["sidecar.istio.io/inject"] = "false"
+		d.Spec.Template.Labels[mesh.LabelDataplaneMode] = mesh.DataplaneModeAmbient
+	}
+	f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-26"}, nil).
+		Deployment(ns, "moved", ambient).Deployment(ns, "waiting").RolledOut(ns)
+
+	uid := func(p *corev1.Pod) string { return "Kubernetes//Pod/" + p.Namespace + "/" + p.Name }
+	hasSidecar := func(p *corev1.Pod) bool {
+		for _, c := range p.Spec.Containers {
+			if c.Name == mesh.ProxyContainer {
+				return true
+			}
+		}
+		_, st := p.Annotations["sidecar.istio.io/status"]
+		return st
+	}
+	// expect waits until every pod of the Deployment is in the mode asked.
+	expect := func(name string, enrolled bool) {
+		f.Eventually(fmt.Sprintf("%s's pods enrolled %v", name, enrolled), func() (bool, string) {
+			pods, _, err := f.DeploymentPods(ns, name)
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, p := range pods {
+				redirected := p.Annotations[mesh.AnnotationRedirection] == mesh.RedirectionEnabled
+				want := "TCP"
+				if enrolled {
+					want = "HBONE"
+				}
+				switch {
+				case hasSidecar(p) == enrolled:
+					return false, fmt.Sprintf("%s: sidecar %v", p.Name, hasSidecar(p))
+				case redirected != enrolled:
+					return false, fmt.Sprintf("%s: redirected %v", p.Name, redirected)
+				case z.Protocol(uid(p)) != want:
+					return false, fmt.Sprintf("%s: ztunnel holds it as %q", p.Name, z.Protocol(uid(p)))
+				}
+			}
+			return len(pods) > 0, "no pod"
+		})
+	}
+	expect("moved", true)
+	expect("waiting", false)
+	f.Then().PodsOnRevision(ns, "waiting", "1-26")
+
+	pods, _, err := f.DeploymentPods(ns, "waiting")
+	require.NoError(t, err)
+	gone := pods[0]
+	require.NoError(t, f.Client.CoreV1().Pods(ns).Delete(f.Ctx, gone.Name, metav1.DeleteOptions{}))
+	f.Eventually("waiting's deleted pod to be replaced", func() (bool, string) {
+		pods, _, err := f.DeploymentPods(ns, "waiting")
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, p := range pods {
+			if p.Name == gone.Name {
+				return false, "still there"
+			}
+		}
+		return true, ""
+	})
+	f.WaitForRolledOut(ns, "waiting")
+	expect("waiting", false)
+	f.Then().PodsOnRevision(ns, "waiting", "1-26")
+}
