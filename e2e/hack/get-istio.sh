@@ -3,6 +3,8 @@
 #   pilot-discovery  istiod, from istio.io/istio at the version e2e/istio/go.mod pins
 #   helm             from hack/tools, to render Istio's own charts
 #   charts/          istio-discovery and base, copied from that istio.io/istio
+#   gateway-api/     the standard Gateway API CRDs, from the sigs.k8s.io/gateway-api
+#                    module that istio.io/istio requires
 # Go's build cache makes a second run a check of seconds: `go build -o` links
 # again only when something changed.
 set -euo pipefail
@@ -29,4 +31,15 @@ if [ "$(cat "$out/charts/.version" 2>/dev/null)" != "$version" ]; then
   chmod -R u+w "$out/charts"
   echo "$version" > "$out/charts/.version"
   echo "$(cat "$src/VERSION")-dev" > "$out/charts/.istio-version"
+fi
+
+gwapi_version=$(go -C "$root/e2e/istio" list -m -f '{{.Version}}' sigs.k8s.io/gateway-api)
+if [ "$(cat "$out/gateway-api/.version" 2>/dev/null)" != "$gwapi_version" ]; then
+  go -C "$root/e2e/istio" mod download sigs.k8s.io/gateway-api
+  gwapi=$(go -C "$root/e2e/istio" list -m -f '{{.Dir}}' sigs.k8s.io/gateway-api)
+  rm -rf "$out/gateway-api"
+  mkdir -p "$out/gateway-api"
+  cp "$gwapi"/config/crd/standard/*.yaml "$out/gateway-api/"
+  chmod -R u+w "$out/gateway-api"
+  echo "$gwapi_version" > "$out/gateway-api/.version"
 fi

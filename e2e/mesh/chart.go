@@ -38,6 +38,9 @@ type IstioArtifacts struct {
 	Helm string
 	// Charts holds Istio's istio-discovery and base charts.
 	Charts string
+	// GatewayAPI holds the standard Gateway API CRDs of the
+	// sigs.k8s.io/gateway-api module Istio requires.
+	GatewayAPI string
 	// Module is the istio.io/istio module version they come from;
 	// Version is the Istio version it builds, such as 1.31-dev.
 	Module, Version string
@@ -58,6 +61,7 @@ func FindIstioArtifacts() (IstioArtifacts, error) {
 		PilotDiscovery: filepath.Join(dir, "pilot-discovery"),
 		Helm:           filepath.Join(dir, "helm"),
 		Charts:         filepath.Join(dir, "charts"),
+		GatewayAPI:     filepath.Join(dir, "gateway-api"),
 	}
 	for _, f := range []string{a.PilotDiscovery, a.Helm, filepath.Join(a.Charts, "istio-discovery", "Chart.yaml")} {
 		if _, err := os.Stat(f); err != nil {
@@ -240,6 +244,49 @@ func istioCRDs(a IstioArtifacts) ([]*unstructured.Unstructured, error) {
 	}
 	defer f.Close()
 	return decodeObjects(f)
+}
+
+// gatewayAPICRDs reads the CRDs of the Gateway API files: the files also
+// hold a ValidatingAdmissionPolicy, which the world leaves out.
+func gatewayAPICRDs(a IstioArtifacts) ([]*unstructured.Unstructured, error) {
+	files, err := filepath.Glob(filepath.Join(a.GatewayAPI, "*.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("no Gateway API CRDs in %s: run `make istio` (e2e/hack/get-istio.sh)", a.GatewayAPI)
+	}
+	var out []*unstructured.Unstructured
+	for _, name := range files {
+		f, err := os.Open(name)
+		if err != nil {
+			return nil, err
+		}
+		objs, err := decodeObjects(f)
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		for _, o := range objs {
+			if o.GetKind() == "CustomResourceDefinition" {
+				out = append(out, o)
+			}
+		}
+	}
+	return out, nil
+}
+
+// InstallGatewayAPI applies the standard Gateway API CRDs, as a cluster
+// that runs waypoints has them. istiod picks them up as they appear.
+func (m *Mesh) InstallGatewayAPI(ctx context.Context) error {
+	if m.istio == nil {
+		return errors.New("the Gateway API needs the real istiod")
+	}
+	crds, err := gatewayAPICRDs(*m.istio)
+	if err != nil {
+		return err
+	}
+	return m.apply.apply(ctx, crds)
 }
 
 func ptrTo[T any](v T) *T { return &v }

@@ -7,6 +7,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/stretchr/testify/require"
 
@@ -102,4 +105,55 @@ func TestPodLabelsEnrolAWorkloadInAmbientWhileItsNamespaceKeepsItsSidecars(t *te
 	f.WaitForRolledOut(ns, "waiting")
 	expect("waiting", false)
 	f.Then().PodsOnRevision(ns, "waiting", "1-26")
+}
+
+// TestTheRealIstiodDeploysAWaypointForAGatewayOfItsRevision applies the
+// Gateway API CRDs of the module Istio requires, and a Gateway of class
+// istio-waypoint in a namespace of the ambient revision: istiod's own
+// deployment controller makes its Deployment and Service, named after
+// it, and reports the Gateway Programmed once its pod is up.
+func TestTheRealIstiodDeploysAWaypointForAGatewayOfItsRevision(t *testing.T) {
+	f := fixture.New(t, world.Options{NoPrometheus: true, Revisions: []mesh.Revision{
+		{Name: "1-25"}, {Name: "1-26", Env: map[string]string{"PILOT_ENABLE_AMBIENT": "true"}},
+	}})
+	require.NoError(t, f.World.Mesh.InstallGatewayAPI(f.Ctx))
+	const ns = "shop"
+	f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-26"}, nil)
+	dyn, err := dynamic.NewForConfig(f.World.Cluster.Config)
+	require.NoError(t, err)
+	gateways := dyn.Resource(schema.GroupVersionResource{Group: "gateway.networking.k8s.io", Version: "v1", Resource: "gateways"}).Namespace(ns)
+	gw := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+		"metadata": map[string]any{"name": "waypoint", "namespace": ns},
+		"spec": map[string]any{"gatewayClassName": "istio-waypoint",
+			"listeners": []any{map[string]any{"name": "mesh", "port": int64(15008), "protocol": "HBONE"}}},
+	}}
+	f.Eventually("the Gateway to be created (its CRD established)", func() (bool, string) {
+		_, err := gateways.Create(f.Ctx, gw, metav1.CreateOptions{})
+		return err == nil, fmt.Sprint(err)
+	})
+	f.Eventually("istiod to deploy the waypoint", func() (bool, string) {
+		d, err := f.Client.AppsV1().Deployments(ns).Get(f.Ctx, "waypoint", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		if _, err := f.Client.CoreV1().Services(ns).Get(f.Ctx, "waypoint", metav1.GetOptions{}); err != nil {
+			return false, err.Error()
+		}
+		return d.Status.ReadyReplicas > 0, fmt.Sprintf("ready replicas %d", d.Status.ReadyReplicas)
+	})
+	f.Eventually("the Gateway to be Programmed", func() (bool, string) {
+		g, err := gateways.Get(f.Ctx, "waypoint", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		conds, _, _ := unstructured.NestedSlice(g.Object, "status", "conditions")
+		for _, c := range conds {
+			m, _ := c.(map[string]any)
+			if m["type"] == "Programmed" {
+				return m["status"] == "True", fmt.Sprint(m)
+			}
+		}
+		return false, fmt.Sprint(conds)
+	})
 }
