@@ -2,7 +2,7 @@
 # Builds Istio's real control plane for the local world into e2e/.cache/istio:
 #   pilot-discovery  istiod, from istio.io/istio at the version e2e/istio/go.mod pins
 #   helm             from hack/tools, to render Istio's own charts
-#   charts/          istio-discovery and base, copied from that istio.io/istio
+#   charts/          istio-discovery, base and ztunnel, copied from that istio.io/istio
 #   gateway-api/     the standard Gateway API CRDs, from the sigs.k8s.io/gateway-api
 #                    module that istio.io/istio requires
 # Go's build cache makes a second run a check of seconds: `go build -o` links
@@ -31,6 +31,16 @@ if [ "$(cat "$out/charts/.version" 2>/dev/null)" != "$version" ]; then
   chmod -R u+w "$out/charts"
   echo "$version" > "$out/charts/.version"
   echo "$(cat "$src/VERSION")-dev" > "$out/charts/.istio-version"
+fi
+
+# The ztunnel chart, for worlds that run ambient (copied on its own, so a
+# cache made before it was needed gets it too).
+if [ ! -f "$out/charts/ztunnel/Chart.yaml" ] || [ "$(cat "$out/charts/.ztunnel-version" 2>/dev/null)" != "$version" ]; then
+  src=$(go -C "$root/e2e/istio" list -m -f '{{.Dir}}' istio.io/istio)
+  rm -rf "$out/charts/ztunnel"
+  cp -R "$src/manifests/charts/ztunnel" "$out/charts/"
+  chmod -R u+w "$out/charts/ztunnel"
+  echo "$version" > "$out/charts/.ztunnel-version"
 fi
 
 gwapi_version=$(go -C "$root/e2e/istio" list -m -f '{{.Version}}' sigs.k8s.io/gateway-api)

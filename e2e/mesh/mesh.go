@@ -138,10 +138,13 @@ type Mesh struct {
 	factory  informers.SharedInformerFactory
 	cancel   context.CancelFunc
 
-	mu      sync.Mutex
-	istiods map[string]Istiod
-	tags    map[string]string // tag -> revision, for the real chart's renders
-	nextIP  int
+	mu       sync.Mutex
+	istiods  map[string]Istiod
+	ztunnels map[string]*Ztunnel // by pod name
+	// ztunnelsStopped is set once Stop began: no ztunnel starts after.
+	ztunnelsStopped bool
+	tags            map[string]string // tag -> revision, for the real chart's renders
+	nextIP          int
 }
 
 // Start installs the mesh into the cluster behind opts.Client and returns
@@ -270,6 +273,7 @@ func (m *Mesh) Stop() {
 	if m.cancel != nil {
 		m.cancel()
 	}
+	m.stopZtunnels()
 	m.mu.Lock()
 	istiods := m.istiods
 	m.istiods = map[string]Istiod{}
@@ -475,6 +479,10 @@ func (m *Mesh) observePod(obj any, deleted bool) {
 	}
 	m.mu.Unlock()
 
+	if pod.Namespace == m.opts.RootNamespace && pod.Labels["app"] == "ztunnel" {
+		go m.observeZtunnelPod(pod, deleted)
+		return
+	}
 	if pod.Namespace == m.opts.RootNamespace && pod.Labels["app"] == "istiod" {
 		if d := istiods[pod.Labels[LabelRev]]; d != nil {
 			d.observeIstiodPod(pod, deleted)

@@ -1,10 +1,14 @@
 package mesh
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"fmt"
+	"os/exec"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -362,4 +366,110 @@ func (z *Ztunnel) token(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("token for %s/%s: %w", root, ZtunnelServiceAccount, err)
 	}
 	return tr.Status.Token, nil
+}
+
+// InstallZtunnel renders Istio's ztunnel chart for revision rev and
+// applies it: its service account and a DaemonSet whose pods (one a node,
+// labelled app=ztunnel and istio.io/rev) the world's kubelet runs. Each of
+// those pods, once running, is served by a simulated Ztunnel connected to
+// its revision's istiod, which must run with PILOT_ENABLE_AMBIENT=true.
+func (m *Mesh) InstallZtunnel(ctx context.Context, rev string) error {
+	if m.istio == nil {
+		return fmt.Errorf("ztunnel needs the real istiod")
+	}
+	cmd := exec.CommandContext(ctx, m.istio.Helm, "template", "ztunnel", filepath.Join(m.istio.Charts, "ztunnel"),
+		"--namespace", m.opts.RootNamespace,
+		"--set", "revision="+rev,
+		"--set", "global.istioNamespace="+m.opts.RootNamespace,
+		"--set", "tag="+m.istio.Version)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return fmt.Errorf("helm template ztunnel %s: %w: %s", rev, err, stderr.String())
+	}
+	objs, err := decodeObjects(bytes.NewReader(out))
+	if err != nil {
+		return err
+	}
+	return m.apply.apply(ctx, objs)
+}
+
+// Ztunnel is the simulated ztunnel of a ztunnel pod, or nil.
+func (m *Mesh) Ztunnel(pod string) *Ztunnel {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.ztunnels[pod]
+}
+
+// observeZtunnelPod runs a simulated Ztunnel for a running ztunnel pod,
+// and stops it when the pod goes or changes address.
+func (m *Mesh) observeZtunnelPod(pod *corev1.Pod, deleted bool) {
+	running := !deleted && pod.DeletionTimestamp == nil && pod.Status.Phase == corev1.PodRunning && pod.Status.PodIP != ""
+	m.mu.Lock()
+	z := m.ztunnels[pod.Name]
+	stale := z != nil && (!running || z.ip != pod.Status.PodIP)
+	if stale {
+		delete(m.ztunnels, pod.Name)
+	}
+	start := running && (z == nil || stale) && !m.ztunnelsStopped
+	m.mu.Unlock()
+	if stale {
+		z.Stop()
+	}
+	if !start {
+		return
+	}
+	rev, err := m.ztunnelRevision(pod)
+	if err != nil {
+		m.opts.Logf("ztunnel %s: %v", pod.Name, err)
+		return
+	}
+	started, err := m.StartZtunnel(context.Background(), rev, pod.Name, pod.Spec.NodeName, pod.Status.PodIP)
+	if err != nil {
+		m.opts.Logf("ztunnel %s: %v", pod.Name, err)
+		return
+	}
+	m.mu.Lock()
+	if m.ztunnelsStopped || m.ztunnels[pod.Name] != nil {
+		m.mu.Unlock()
+		started.Stop()
+		return
+	}
+	if m.ztunnels == nil {
+		m.ztunnels = map[string]*Ztunnel{}
+	}
+	m.ztunnels[pod.Name] = started
+	m.mu.Unlock()
+}
+
+// ztunnelRevision is the revision whose istiod a ztunnel pod connects to:
+// the one its XDS_ADDRESS names (istiod-<rev>.<root>.svc:15012), as
+// ztunnel reads it.
+func (m *Mesh) ztunnelRevision(pod *corev1.Pod) (string, error) {
+	for _, c := range pod.Spec.Containers {
+		for _, e := range c.Env {
+			if e.Name != "XDS_ADDRESS" {
+				continue
+			}
+			host, _, _ := strings.Cut(e.Value, ":")
+			rev, ok := strings.CutSuffix(strings.TrimPrefix(host, "istiod-"), "."+m.opts.RootNamespace+".svc")
+			if !ok || !strings.HasPrefix(host, "istiod-") {
+				return "", fmt.Errorf("XDS_ADDRESS %q names no revision's istiod", e.Value)
+			}
+			return rev, nil
+		}
+	}
+	return "", fmt.Errorf("no XDS_ADDRESS")
+}
+
+// stopZtunnels stops every simulated ztunnel.
+func (m *Mesh) stopZtunnels() {
+	m.mu.Lock()
+	zs := m.ztunnels
+	m.ztunnels, m.ztunnelsStopped = nil, true
+	m.mu.Unlock()
+	for _, z := range zs {
+		z.Stop()
+	}
 }

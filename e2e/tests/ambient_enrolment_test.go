@@ -35,9 +35,7 @@ func TestPodLabelsEnrolAWorkloadInAmbientWhileItsNamespaceKeepsItsSidecars(t *te
 	cni, err := f.World.Mesh.StartCNI(f.Ctx)
 	require.NoError(t, err)
 	t.Cleanup(cni.Stop)
-	z, err := f.World.Mesh.StartZtunnel(f.Ctx, "1-26", "ztunnel-q9m4d", "node-1", "10.244.0.251")
-	require.NoError(t, err)
-	t.Cleanup(z.Stop)
+	z := installZtunnel(f, "1-26")[0] // every ztunnel holds every workload
 
 	const ns = "shop"
 	ambient := func(d *appsv1.Deployment) {

@@ -9,6 +9,7 @@ import (
 	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/meshwave/meshwave/analysis"
 	"github.com/meshwave/meshwave/e2e/fixture"
@@ -16,9 +17,10 @@ import (
 	"github.com/meshwave/meshwave/e2e/world"
 )
 
-// TestASimulatedZtunnelIsServedByTheRealIstiod connects the world's
-// simulated ztunnel to Istio's own istiod, run with ambient on, as a real
-// ztunnel connects: istiod sends it every pod of the cluster as an
+// TestASimulatedZtunnelIsServedByTheRealIstiod installs Istio's ztunnel
+// chart: the DaemonSet's pod is served by the world's simulated ztunnel,
+// connected to Istio's own istiod, run with ambient on, as a real ztunnel
+// connects: istiod sends it every pod of the cluster as an
 // Address, by the uid ztunnel keys workloads with, and its syncz lists the
 // ztunnel SYNCED on both types it subscribed to. A ztunnel that NACKs
 // shows as ERROR there, one that stops answering as STALE: the faults the
@@ -30,9 +32,7 @@ func TestASimulatedZtunnelIsServedByTheRealIstiod(t *testing.T) {
 	const ns = "ambient"
 	f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-26"}, nil).Deployment(ns, "app").RolledOut(ns)
 
-	z, err := f.World.Mesh.StartZtunnel(f.Ctx, "1-26", "ztunnel-x7k2p", "node-1", "10.244.0.250")
-	require.NoError(t, err)
-	t.Cleanup(z.Stop)
+	z := installZtunnel(f, "1-26")[0]
 
 	pods, _, err := f.DeploymentPods(ns, "app")
 	require.NoError(t, err)
@@ -95,4 +95,32 @@ func TestASimulatedZtunnelIsServedByTheRealIstiod(t *testing.T) {
 		})
 	}
 	assert.Positive(t, z.Nacked(mesh.TypeAddress))
+}
+
+// installZtunnel installs Istio's ztunnel chart for rev and returns the
+// simulated ztunnels of its pods, one a node, once each is connected.
+func installZtunnel(f *fixture.Fixture, rev string) []*mesh.Ztunnel {
+	f.T.Helper()
+	require.NoError(f.T, f.World.Mesh.InstallZtunnel(f.Ctx, rev))
+	var zs []*mesh.Ztunnel
+	f.Eventually("every ztunnel pod to run, served by a simulated ztunnel", func() (bool, string) {
+		nodes, err := f.Client.CoreV1().Nodes().List(f.Ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		pods := f.Pods(f.World.Mesh.RootNamespace(), map[string]string{"app": "ztunnel"})
+		if len(pods) != len(nodes.Items) {
+			return false, fmt.Sprintf("%d ztunnel pods for %d nodes", len(pods), len(nodes.Items))
+		}
+		zs = zs[:0]
+		for _, p := range pods {
+			z := f.World.Mesh.Ztunnel(p.Name)
+			if z == nil || !z.Connected() {
+				return false, p.Name + " is not served yet: " + string(p.Status.Phase)
+			}
+			zs = append(zs, z)
+		}
+		return true, ""
+	})
+	return zs
 }
