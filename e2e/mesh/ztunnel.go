@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
+	"net"
+	"net/http"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -25,6 +28,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/ptr"
 )
 
@@ -62,7 +66,8 @@ type Ztunnel struct {
 	streaming bool
 	status    map[string]statusv3.ConfigStatus
 	resources map[string]map[string]bool // type -> names held
-	protocols map[string]string          // workload uid -> tunnel protocol
+	workloads map[string]ZtunnelWorkload // by uid
+	admin     *http.Server
 	nacked    map[string]int
 	lastErr   error
 }
@@ -81,7 +86,11 @@ func (m *Mesh) StartZtunnel(ctx context.Context, rev, name, node, ip string) (*Z
 	zctx, cancel := context.WithCancel(context.Background())
 	z := &Ztunnel{d: d, name: name, node: node, ip: ip, cancel: cancel, done: make(chan struct{}), restart: make(chan struct{}, 1),
 		status: map[string]statusv3.ConfigStatus{}, resources: map[string]map[string]bool{}, nacked: map[string]int{},
-		protocols: map[string]string{}}
+		workloads: map[string]ZtunnelWorkload{}}
+	if err := z.serveAdmin(); err != nil {
+		cancel()
+		return nil, err
+	}
 	go z.run(zctx)
 	return z, nil
 }
@@ -98,6 +107,17 @@ func (m *Mesh) ensureServiceAccount(ctx context.Context, namespace, name string)
 func (z *Ztunnel) Stop() {
 	z.cancel()
 	<-z.done
+	if z.admin != nil {
+		_ = z.admin.Close()
+	}
+}
+
+// Addr is where its admin answers, host:port; "" without one.
+func (z *Ztunnel) Addr() string {
+	if z.admin == nil {
+		return ""
+	}
+	return net.JoinHostPort(z.ip, fmt.Sprint(ZtunnelAdminPort))
 }
 
 // ID is the proxy ID istiod's syncz lists it by: <pod>.<namespace>.
@@ -137,51 +157,111 @@ func (z *Ztunnel) Resources(typeURL string) []string {
 func (z *Ztunnel) Protocol(uid string) string {
 	z.mu.Lock()
 	defer z.mu.Unlock()
-	return z.protocols[uid]
+	return z.workloads[uid].Protocol
 }
 
-// workloadOf reads the uid and tunnel protocol of an istio.workload.Address
-// that holds a Workload, by the field numbers of Istio's
-// pkg/workloadapi/workload.proto (Address.workload 1; Workload.uid 20,
-// Workload.tunnel_protocol 5, HBONE = 1): the e2e module does not build
+// ZtunnelWorkload is a workload as ztunnel's config dump lists it (its
+// src/state/workload.rs, in camelCase), with the fields the world reads.
+type ZtunnelWorkload struct {
+	UID       string `json:"uid"`
+	Name      string `json:"name"`
+	Namespace string `json:"namespace"`
+	Node      string `json:"node,omitempty"`
+	Protocol  string `json:"protocol"`
+	Status    string `json:"status"`
+}
+
+// workloadOf reads the Workload of an istio.workload.Address, by the field
+// numbers of Istio's pkg/workloadapi/workload.proto (Address.workload 1;
+// Workload.name 1, namespace 2, tunnel_protocol 5 with HBONE 1, node 9,
+// status 17 with UNHEALTHY 1, uid 20): the e2e module does not build
 // Istio's generated types.
-func workloadOf(address []byte) (uid, protocol string, ok bool) {
-	w, found := protoField(address, 1)
+func workloadOf(address []byte) (ZtunnelWorkload, bool) {
+	b, found := protoField(address, 1)
 	if !found {
-		return "", "", false
+		return ZtunnelWorkload{}, false
 	}
-	protocol = "TCP"
-	for len(w) > 0 {
-		num, typ, n := protowire.ConsumeTag(w)
+	w := ZtunnelWorkload{Protocol: "TCP", Status: "Healthy"}
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
-			return "", "", false
+			return ZtunnelWorkload{}, false
 		}
-		w = w[n:]
+		b = b[n:]
+		var m int
 		switch {
-		case num == 20 && typ == protowire.BytesType:
-			v, m := protowire.ConsumeBytes(w)
-			if m < 0 {
-				return "", "", false
+		case typ == protowire.BytesType && (num == 1 || num == 2 || num == 9 || num == 20):
+			var v []byte
+			v, m = protowire.ConsumeBytes(b)
+			switch num {
+			case 1:
+				w.Name = string(v)
+			case 2:
+				w.Namespace = string(v)
+			case 9:
+				w.Node = string(v)
+			case 20:
+				w.UID = string(v)
 			}
-			uid, w = string(v), w[m:]
-		case num == 5 && typ == protowire.VarintType:
-			v, m := protowire.ConsumeVarint(w)
-			if m < 0 {
-				return "", "", false
+		case typ == protowire.VarintType && (num == 5 || num == 17):
+			var v uint64
+			v, m = protowire.ConsumeVarint(b)
+			switch {
+			case num == 5 && v == 1:
+				w.Protocol = "HBONE"
+			case num == 17 && v == 1:
+				w.Status = "Unhealthy"
 			}
-			if v == 1 {
-				protocol = "HBONE"
-			}
-			w = w[m:]
 		default:
-			m := protowire.ConsumeFieldValue(num, typ, w)
-			if m < 0 {
-				return "", "", false
-			}
-			w = w[m:]
+			m = protowire.ConsumeFieldValue(num, typ, b)
 		}
+		if m < 0 {
+			return ZtunnelWorkload{}, false
+		}
+		b = b[m:]
 	}
-	return uid, protocol, uid != ""
+	return w, w.UID != ""
+}
+
+// configDump answers GET /config_dump as ztunnel's admin does, with the
+// workloads it holds sorted by uid, and the other top-level keys empty.
+func (z *Ztunnel) configDump(w http.ResponseWriter, _ *http.Request) {
+	z.mu.Lock()
+	workloads := make([]ZtunnelWorkload, 0, len(z.workloads))
+	for _, wl := range z.workloads {
+		workloads = append(workloads, wl)
+	}
+	z.mu.Unlock()
+	slices.SortFunc(workloads, func(a, b ZtunnelWorkload) int { return strings.Compare(a.UID, b.UID) })
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(map[string]any{
+		"workloads": workloads, "services": []any{}, "policies": []any{}, "stagedServices": map[string]any{},
+		"certificates": []any{}, "workloadState": map[string]any{},
+		"version": map[string]any{"version": "simulated", "istioVersion": z.d.m.istio.Version},
+	})
+}
+
+// ZtunnelAdminPort is where ztunnel's admin answers: localhost:15000; in
+// the world, at the ztunnel pod's loopback IP, as a port-forward reaches it.
+const ZtunnelAdminPort = 15000
+
+// serveAdmin starts the admin server at the pod's IP, when it is one the
+// world can listen on.
+func (z *Ztunnel) serveAdmin() error {
+	if ip := net.ParseIP(z.ip); ip == nil || !ip.IsLoopback() {
+		return nil
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort(z.ip, fmt.Sprint(ZtunnelAdminPort)))
+	if err != nil {
+		return fmt.Errorf("ztunnel %s admin: %w", z.name, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /config_dump", z.configDump)
+	z.admin = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = z.admin.Serve(l) }()
+	return nil
 }
 
 // protoField is the bytes of the first field num of message b.
@@ -282,7 +362,7 @@ func (z *Ztunnel) stream(ctx context.Context) error {
 		return err
 	}
 	z.mu.Lock()
-	z.resources, z.protocols = map[string]map[string]bool{}, map[string]string{}
+	z.resources, z.workloads = map[string]map[string]bool{}, map[string]ZtunnelWorkload{}
 	z.mu.Unlock()
 	for _, t := range []string{TypeAddress, TypeAuthorization} {
 		if err := stream.Send(&discoveryv3.DeltaDiscoveryRequest{Node: node, TypeUrl: t}); err != nil {
@@ -308,15 +388,15 @@ func (z *Ztunnel) stream(ctx context.Context) error {
 			for _, r := range resp.Resources {
 				held[r.Name] = true
 				if resp.TypeUrl == TypeAddress && r.Resource != nil {
-					if uid, protocol, ok := workloadOf(r.Resource.Value); ok {
-						z.protocols[uid] = protocol
+					if w, ok := workloadOf(r.Resource.Value); ok {
+						z.workloads[w.UID] = w
 					}
 				}
 			}
 			for _, n := range resp.RemovedResources {
 				delete(held, n)
 				if resp.TypeUrl == TypeAddress {
-					delete(z.protocols, n)
+					delete(z.workloads, n)
 				}
 			}
 		} else {
@@ -392,6 +472,9 @@ func (m *Mesh) InstallZtunnel(ctx context.Context, rev string) error {
 	if err != nil {
 		return err
 	}
+	// Loopback addresses, so that each simulated ztunnel's admin listens
+	// at its pod's IP.
+	m.opts.IPs.AssignIPs(m.opts.RootNamespace, labels.SelectorFromSet(map[string]string{"app": "ztunnel"}), m.allocateIP)
 	return m.apply.apply(ctx, objs)
 }
 

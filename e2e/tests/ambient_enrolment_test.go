@@ -1,7 +1,9 @@
 package tests
 
 import (
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -11,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/meshwave/meshwave/e2e/fixture"
@@ -83,6 +86,27 @@ func TestPodLabelsEnrolAWorkloadInAmbientWhileItsNamespaceKeepsItsSidecars(t *te
 	expect("moved", true)
 	expect("waiting", false)
 	f.Then().PodsOnRevision(ns, "waiting", "1-26")
+
+	// ztunnel's own config dump, as ztunnel-config workloads reads it.
+	resp, err := http.Get("http://" + z.Addr() + "/config_dump")
+	require.NoError(t, err)
+	var dump struct {
+		Workloads []mesh.ZtunnelWorkload `json:"workloads"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&dump))
+	resp.Body.Close()
+	listed := map[string]mesh.ZtunnelWorkload{}
+	for _, w := range dump.Workloads {
+		listed[w.UID] = w
+	}
+	for name, protocol := range map[string]string{"moved": "HBONE", "waiting": "TCP"} {
+		pods, _, err := f.DeploymentPods(ns, name)
+		require.NoError(t, err)
+		for _, p := range pods {
+			require.Contains(t, listed, uid(p))
+			assert.Equal(t, mesh.ZtunnelWorkload{UID: uid(p), Name: p.Name, Namespace: ns, Node: p.Spec.NodeName, Protocol: protocol, Status: "Healthy"}, listed[uid(p)])
+		}
+	}
 
 	pods, _, err := f.DeploymentPods(ns, "waiting")
 	require.NoError(t, err)
