@@ -112,8 +112,8 @@ func TestPodLabelsEnrolAWorkloadInAmbientWhileItsNamespaceKeepsItsSidecars(t *te
 	require.NoError(t, err)
 	gone := pods[0]
 	require.NoError(t, f.Client.CoreV1().Pods(ns).Delete(f.Ctx, gone.Name, metav1.DeleteOptions{}))
-	f.Eventually("waiting's deleted pod to be replaced", func() (bool, string) {
-		pods, _, err := f.DeploymentPods(ns, "waiting")
+	f.Eventually("waiting's deleted pod to be replaced, every pod Ready", func() (bool, string) {
+		pods, d, err := f.DeploymentPods(ns, "waiting")
 		if err != nil {
 			return false, err.Error()
 		}
@@ -121,10 +121,12 @@ func TestPodLabelsEnrolAWorkloadInAmbientWhileItsNamespaceKeepsItsSidecars(t *te
 			if p.Name == gone.Name {
 				return false, "still there"
 			}
+			if !fixture.PodReady(p) {
+				return false, p.Name + " is not Ready"
+			}
 		}
-		return true, ""
+		return fixture.RolledOut(d, pods), fmt.Sprintf("%+v", d.Status)
 	})
-	f.WaitForRolledOut(ns, "waiting")
 	expect("waiting", false)
 	f.Then().PodsOnRevision(ns, "waiting", "1-26")
 }
