@@ -146,13 +146,7 @@ func (e *envoy) stream(ctx context.Context, b envoyBehaviour) error {
 	if err != nil {
 		return err
 	}
-	pool, err := e.rootCA(ctx, pod.Namespace)
-	if err != nil {
-		return err
-	}
-	creds := credentials.NewTLS(&tls.Config{RootCAs: pool, ServerName: "istiod-" + e.d.rev.Name + "." + e.d.m.opts.RootNamespace + ".svc", MinVersion: tls.VersionTLS12})
-	conn, err := grpc.NewClient(e.d.serviceIP+":15012", grpc.WithTransportCredentials(creds),
-		grpc.WithPerRPCCredentials(tokenCreds(token)))
+	conn, err := e.d.dial(ctx, pod.Namespace, token)
 	if err != nil {
 		return err
 	}
@@ -398,9 +392,12 @@ func (e *envoy) podToken(ctx context.Context, pod *corev1.Pod) (string, error) {
 	return tr.Status.Token, nil
 }
 
-// rootCA reads the root certificate istiod publishes in every namespace.
-func (e *envoy) rootCA(ctx context.Context, namespace string) (*x509.CertPool, error) {
-	cm, err := e.d.m.client.CoreV1().ConfigMaps(namespace).Get(ctx, "istio-ca-root-cert", metav1.GetOptions{})
+// dial opens a connection to the revision's istiod on 15012 as a proxy of
+// namespace does: TLS verified against the root certificate istiod
+// publishes there and the revision's service name, with token sent on
+// every call.
+func (d *realIstiod) dial(ctx context.Context, namespace, token string) (*grpc.ClientConn, error) {
+	cm, err := d.m.client.CoreV1().ConfigMaps(namespace).Get(ctx, "istio-ca-root-cert", metav1.GetOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("istio-ca-root-cert in %s: %w", namespace, err)
 	}
@@ -408,7 +405,8 @@ func (e *envoy) rootCA(ctx context.Context, namespace string) (*x509.CertPool, e
 	if !pool.AppendCertsFromPEM([]byte(cm.Data["root-cert.pem"])) {
 		return nil, fmt.Errorf("istio-ca-root-cert in %s holds no certificate", namespace)
 	}
-	return pool, nil
+	creds := credentials.NewTLS(&tls.Config{RootCAs: pool, ServerName: "istiod-" + d.rev.Name + "." + d.m.opts.RootNamespace + ".svc", MinVersion: tls.VersionTLS12})
+	return grpc.NewClient(d.serviceIP+":15012", grpc.WithTransportCredentials(creds), grpc.WithPerRPCCredentials(tokenCreds(token)))
 }
 
 // tokenCreds sends a bearer token with every call.

@@ -3,7 +3,6 @@ package mesh
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -19,9 +18,7 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/types/known/structpb"
 	authnv1 "k8s.io/api/authentication/v1"
@@ -330,12 +327,7 @@ func (z *Ztunnel) stream(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	pool, err := (&envoy{d: z.d}).rootCA(ctx, root)
-	if err != nil {
-		return err
-	}
-	creds := credentials.NewTLS(&tls.Config{RootCAs: pool, ServerName: "istiod-" + z.d.rev.Name + "." + root + ".svc", MinVersion: tls.VersionTLS12})
-	conn, err := grpc.NewClient(z.d.serviceIP+":15012", grpc.WithTransportCredentials(creds), grpc.WithPerRPCCredentials(tokenCreds(token)))
+	conn, err := z.d.dial(ctx, root, token)
 	if err != nil {
 		return err
 	}

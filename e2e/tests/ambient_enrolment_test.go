@@ -18,7 +18,6 @@ import (
 
 	"github.com/meshwave/meshwave/e2e/fixture"
 	"github.com/meshwave/meshwave/e2e/mesh"
-	"github.com/meshwave/meshwave/e2e/world"
 )
 
 // TestPodLabelsEnrolAWorkloadInAmbientWhileItsNamespaceKeepsItsSidecars
@@ -32,9 +31,7 @@ import (
 //     eviction) comes back with its sidecar from the namespace's revision,
 //     never enrolled: no pod changes mode ahead of its wave.
 func TestPodLabelsEnrolAWorkloadInAmbientWhileItsNamespaceKeepsItsSidecars(t *testing.T) {
-	f := fixture.New(t, world.Options{NoPrometheus: true, Revisions: []mesh.Revision{
-		{Name: "1-25"}, {Name: "1-26", Env: map[string]string{"PILOT_ENABLE_AMBIENT": "true"}},
-	}})
+	f := ambientWorld(t)
 	cni, err := f.World.Mesh.StartCNI(f.Ctx)
 	require.NoError(t, err)
 	t.Cleanup(cni.Stop)
@@ -137,9 +134,7 @@ func TestPodLabelsEnrolAWorkloadInAmbientWhileItsNamespaceKeepsItsSidecars(t *te
 // deployment controller makes its Deployment and Service, named after
 // it, and reports the Gateway Programmed once its pod is up.
 func TestTheRealIstiodDeploysAWaypointForAGatewayOfItsRevision(t *testing.T) {
-	f := fixture.New(t, world.Options{NoPrometheus: true, Revisions: []mesh.Revision{
-		{Name: "1-25"}, {Name: "1-26", Env: map[string]string{"PILOT_ENABLE_AMBIENT": "true"}},
-	}})
+	f := ambientWorld(t)
 	require.NoError(t, f.World.Mesh.InstallGatewayAPI(f.Ctx))
 	const ns = "shop"
 	f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-26"}, nil)

@@ -26,9 +26,7 @@ import (
 // shows as ERROR there, one that stops answering as STALE: the faults the
 // ztunnel-sync gate will read.
 func TestASimulatedZtunnelIsServedByTheRealIstiod(t *testing.T) {
-	f := fixture.New(t, world.Options{NoPrometheus: true, Revisions: []mesh.Revision{
-		{Name: "1-25"}, {Name: "1-26", Env: map[string]string{"PILOT_ENABLE_AMBIENT": "true"}},
-	}})
+	f := ambientWorld(t)
 	const ns = "ambient"
 	f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-26"}, nil).Deployment(ns, "app").RolledOut(ns)
 
@@ -123,4 +121,13 @@ func installZtunnel(f *fixture.Fixture, rev string) []*mesh.Ztunnel {
 		return true, ""
 	})
 	return zs
+}
+
+// ambientWorld boots a world whose revision 1-26 serves ambient
+// (PILOT_ENABLE_AMBIENT=true, without which istiod refuses a ztunnel) beside
+// the sidecar revision 1-25.
+func ambientWorld(t *testing.T) *fixture.Fixture {
+	return fixture.New(t, world.Options{NoPrometheus: true, Revisions: []mesh.Revision{
+		{Name: "1-25"}, {Name: "1-26", Env: map[string]string{"PILOT_ENABLE_AMBIENT": "true"}},
+	}})
 }
