@@ -23,7 +23,7 @@ func (r *Reading) adopt(m migrationOnRecord, typ EventType, reason, why string) 
 // rebuilt is the status of migration m to from's target, from its records.
 func (r *Reading) rebuilt(from *Status, m migrationOnRecord) *Status {
 	st := &Status{
-		Target: from.Target, TargetRevision: from.TargetRevision,
+		Target: from.Target, TargetRevision: from.TargetRevision, Mode: m.Mode,
 		StartedAt: timePtr(m.StartedAt), Wave: m.LastWave, GatesSince: timePtr(r.now),
 	}
 	st.SourceLabel, st.SourceRevision = r.sourceOnRecord(m, from.TargetRevision)
@@ -145,7 +145,9 @@ type Continuation struct {
 // there is none.
 func (r *Reading) continuation(st *Status) (Continuation, bool) {
 	for _, m := range migrationsOnRecord(r.records(), st.TargetRevision) {
-		if len(m.Forward) == 0 {
+		if len(m.Forward) == 0 || m.Mode != st.Mode {
+			// A move to ambient never continues the sidecar step before
+			// it, nor a sidecar migration a move to ambient.
 			continue
 		}
 		if cur := m.current(st.RetriedAt); len(cur.Back) > 0 {

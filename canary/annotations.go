@@ -27,6 +27,9 @@ const (
 	AnnotationAllowDowngrade = "meshwave.io/allow-downgrade"
 	// Namespace: maintenance windows that narrow the configured ones.
 	AnnotationMaintenanceWindow = "meshwave.io/maintenance-window"
+	// Namespace: "ambient" moves the workloads out of their sidecars into
+	// ambient mode; "sidecar", the default, onto the target's sidecar.
+	AnnotationTargetMode = "meshwave.io/target-mode"
 	// Deployment: lower values go first; default 100.
 	AnnotationWave = "meshwave.io/wave"
 	// Deployment: "true" is never touched.
@@ -90,7 +93,9 @@ func (e InputError) Error() string {
 
 // NamespaceSettings are the validated annotations of an opted-in namespace.
 type NamespaceSettings struct {
-	Target        string
+	Target string
+	// Mode is what the target's workloads run: a sidecar, or ambient.
+	Mode          Mode
 	Priority      int
 	Paused        bool
 	Rollback      RollbackScope
@@ -144,6 +149,13 @@ func ParseNamespace(name string, annotations map[string]string) (NamespaceSettin
 			bad(AnnotationTargetRevision, v, "a revision or tag name (a non-empty label value)")
 		}
 		s.Target = v
+	}
+	if v, ok := annotations[AnnotationTargetMode]; ok {
+		mode, valid := ParseMode(v)
+		if !valid {
+			bad(AnnotationTargetMode, v, `"sidecar" or "ambient"`)
+		}
+		s.Mode = mode
 	}
 	if v, ok := annotations[AnnotationPriority]; ok {
 		p, err := strconv.Atoi(v)

@@ -71,6 +71,10 @@ type Decision struct {
 	Status *Status
 	// Label is the istio.io/rev value to set; "" leaves it.
 	Label string
+	// EnrolNamespace labels the namespace istio.io/dataplane-mode=ambient
+	// and removes istio.io/rev and istio-injection, in the same write as
+	// the status: a move to ambient completed.
+	EnrolNamespace bool
 	// Moves are the workload patches.
 	Moves []Move
 	// Evictions replace the pods of OnDelete members, one per workload at

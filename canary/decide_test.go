@@ -74,6 +74,11 @@ func (s *sim) apply(d Decision) {
 	if d.Label != "" {
 		s.snap.Namespace.Labels[LabelRev] = d.Label
 	}
+	if d.EnrolNamespace {
+		s.snap.Namespace.Labels[LabelDataplaneMode] = DataplaneAmbient
+		delete(s.snap.Namespace.Labels, LabelRev)
+		delete(s.snap.Namespace.Labels, LabelInjection)
+	}
 	for _, m := range d.Moves {
 		if answer, ok := s.refused[m.Workload]; ok {
 			if s.answers == nil {
@@ -102,7 +107,8 @@ func (s *sim) apply(d Decision) {
 				Spec struct {
 					Template struct {
 						Metadata struct {
-							Annotations map[string]string `json:"annotations"`
+							Annotations map[string]string  `json:"annotations"`
+							Labels      map[string]*string `json:"labels"`
 						} `json:"metadata"`
 					} `json:"template"`
 				} `json:"spec"`
@@ -113,6 +119,13 @@ func (s *sim) apply(d Decision) {
 			}
 			for k, v := range p.Spec.Template.Metadata.Annotations {
 				w.TemplateAnnotations[k] = v
+			}
+			for k, v := range p.Spec.Template.Metadata.Labels {
+				if v == nil {
+					delete(w.TemplateLabels, k)
+				} else {
+					w.TemplateLabels[k] = *v
+				}
 			}
 		}
 	}
@@ -130,6 +143,31 @@ func (s *sim) rollOut(rev string, names ...string) {
 	}
 }
 
+// rollOutRecord makes w's pods run where its last record sent it: a
+// sidecar of its revision, or ambient for a forward move to ambient.
+func (s *sim) rollOutRecord(w Workload) {
+	r, ok := ReadMoveRecord(w.Annotations)
+	switch {
+	case !ok:
+	case r.Mode == ModeAmbient && !r.Rollback:
+		s.rollOutAmbient(w.Name)
+	default:
+		s.rollOut(r.Revision, w.Name)
+	}
+}
+
+// rollOutAmbient makes every pod of the named workloads run without a
+// sidecar, enrolled in ambient by its label.
+func (s *sim) rollOutAmbient(names ...string) {
+	for _, n := range names {
+		for i := range s.snap.Workloads {
+			if s.snap.Workloads[i].Name == n {
+				inAmbient()(&s.snap.Workloads[i])
+			}
+		}
+	}
+}
+
 // gates evaluates a stand-in chain: each wave member passes when its pods
 // run the expected revision, else it is pending.
 func (s *sim) gates() []Verdict {
@@ -137,9 +175,10 @@ func (s *sim) gates() []Verdict {
 	if !ok {
 		return nil
 	}
+	expect := Place{Revision: w.Expect, Ambient: w.Ambient}
 	for _, m := range w.Workloads {
 		for _, p := range m.Pods {
-			if p.Revision != w.Expect {
+			if !p.At(expect) {
 				return []Verdict{{Gate: "rollout", Result: ResultPending, Reason: m.Name + " rolling out", RetryAfter: 5 * time.Second}}
 			}
 		}
@@ -170,9 +209,7 @@ func (s *sim) playUntil(phase Phase) {
 	s.t.Helper()
 	for i := 0; i < 40 && (s.status == nil || s.status.Phase != phase); i++ {
 		for _, w := range s.snap.Workloads {
-			if r, ok := ReadMoveRecord(w.Annotations); ok {
-				s.rollOut(r.Revision, w.Name)
-			}
+			s.rollOutRecord(w)
 		}
 		s.decide(s.gates())
 		s.now = s.now.Add(time.Minute)

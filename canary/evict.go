@@ -36,7 +36,7 @@ type Eviction struct {
 // never got Ready before it rolls anything back, so such a pod (one that
 // does not run the expected proxy) is evicted and recreated from the
 // restored template.
-func NextEviction(w Workload, expect string, rollback bool) (pod Pod, ok bool, why string) {
+func NextEviction(w Workload, expect Place, rollback bool) (pod Pod, ok bool, why string) {
 	stuckRollback := rollback && !w.OnDelete && w.KindOf() == KindStatefulSet
 	if !w.OnDelete && !stuckRollback {
 		return Pod{}, false, ""
@@ -49,7 +49,7 @@ func NextEviction(w Workload, expect string, rollback bool) (pod Pod, ok bool, w
 		}
 		live++
 		switch {
-		case !p.Current && !p.Ready && stuckRollback && p.Revision == expect:
+		case !p.Current && !p.Ready && stuckRollback && p.At(expect):
 			// Already on the source's proxy: not a pod of the moved
 			// template, and its controller replaces it once it is Ready
 			// again; evicted, it would be one more pod down.
@@ -61,12 +61,15 @@ func NextEviction(w Workload, expect string, rollback bool) (pod Pod, ok bool, w
 			// Its own controller replaces the rest.
 		case !p.Ready:
 			return Pod{}, false, fmt.Sprintf("replaced pod %s is not ready yet", p.Name)
-		case p.Revision != expect:
+		case !p.At(expect):
 			got := "no proxy"
-			if p.Injected() {
+			switch {
+			case p.Injected():
 				got = "a proxy of " + p.Revision
+			case p.InAmbient():
+				got = "in ambient"
 			}
-			return Pod{}, false, fmt.Sprintf("replaced pod %s runs %s, not of %s: no further pod is replaced", p.Name, got, expect)
+			return Pod{}, false, fmt.Sprintf("replaced pod %s runs %s, not %s: no further pod is replaced", p.Name, got, expectedPlace(expect))
 		}
 	}
 	if stuckRollback {
@@ -119,13 +122,13 @@ func ordinal(pod string) int {
 // expect is on record for this wave, unless the move did not pass its
 // wave (an outcome on its record) or the workload now carries
 // meshwave.io/skip.
-func evictions(m *machine, members []parsedWorkload, expect string, rollback bool) {
+func evictions(m *machine, members []parsedWorkload, expect Place, rollback bool) {
 	for _, w := range members {
 		if !w.OnDelete && (!rollback || w.KindOf() != KindStatefulSet) {
 			continue
 		}
 		r := w.record
-		if r == nil || r.Migration != m.st.MigrationID() || r.Rollback != rollback || r.Revision != expect || r.Outcome != "" {
+		if r == nil || r.Migration != m.st.MigrationID() || r.Rollback != rollback || r.Revision != expect.Revision || r.Outcome != "" {
 			continue
 		}
 		if w.settings.Skip {

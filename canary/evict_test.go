@@ -71,7 +71,7 @@ func TestNextEvictionReplacesOnePodAtATimeHighestOrdinalFirst(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, ok, why := NextEviction(tt.w, "1-26", false)
+			p, ok, why := NextEviction(tt.w, Place{Revision: "1-26"}, false)
 			assert.Equal(t, tt.pod != "", ok)
 			assert.Equal(t, tt.pod, p.Name)
 			assert.Equal(t, tt.why, why)
@@ -88,7 +88,7 @@ func TestNextEvictionGoesNodeByNodeForADaemonSet(t *testing.T) {
 			{Name: "agent-cccc", Node: "node-b", Running: true, Ready: true, Revision: "1-25"},
 		}
 	})
-	p, ok, _ := NextEviction(w, "1-26", false)
+	p, ok, _ := NextEviction(w, Place{Revision: "1-26"}, false)
 	require.True(t, ok)
 	assert.Equal(t, "agent-bbbb", p.Name, "node-a first")
 }
@@ -129,17 +129,17 @@ func TestAStatefulSetRollingBackHasItsNeverReadyPodEvicted(t *testing.T) {
 		w.Pods[2].Ready = false
 		w.Pods[2].Revision = "1-26"
 	})
-	p, ok, why := NextEviction(w, "1-25", true)
+	p, ok, why := NextEviction(w, Place{Revision: "1-25"}, true)
 	require.True(t, ok, why)
 	assert.Equal(t, "db-2", p.Name)
 
-	_, ok, _ = NextEviction(w, "1-26", false)
+	_, ok, _ = NextEviction(w, Place{Revision: "1-26"}, false)
 	assert.False(t, ok, "a forward rolling update is its controller's alone")
 	w.Pods[2].Ready = true
-	_, ok, _ = NextEviction(w, "1-25", true)
+	_, ok, _ = NextEviction(w, Place{Revision: "1-25"}, true)
 	assert.False(t, ok, "a ready pod is its controller's to replace")
 	w.Pods[2].Ready, w.Pods[1].Terminating = false, true
-	_, ok, why = NextEviction(w, "1-25", true)
+	_, ok, why = NextEviction(w, Place{Revision: "1-25"}, true)
 	assert.False(t, ok)
 	assert.Equal(t, "pod db-1 is going away", why)
 }
@@ -213,7 +213,7 @@ func TestAStatefulSetRollingBackHasNoSourcePodEvicted(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			w := onDeleteSet(func(w *Workload) { w.OnDelete = false }, tt.mod)
-			p, ok, _ := NextEviction(w, "1-25", true)
+			p, ok, _ := NextEviction(w, Place{Revision: "1-25"}, true)
 			assert.False(t, ok, "evicted %s", p.Name)
 		})
 	}
@@ -230,7 +230,7 @@ func TestAnUnreadyOldPodIsNotEvictedWhileAnotherIsMissing(t *testing.T) {
 		w.Pods = w.Pods[:2] // db-2 evicted, not recreated yet
 		w.Pods[1].Ready = false
 	})
-	p, ok, why := NextEviction(w, "1-26", false)
+	p, ok, why := NextEviction(w, Place{Revision: "1-26"}, false)
 	assert.False(t, ok, "evicted %s", p.Name)
 	assert.Equal(t, "2 of 3 pods are up", why)
 }

@@ -54,6 +54,15 @@ func notInjected() wopt {
 		}
 	}
 }
+func inAmbient() wopt {
+	return func(w *Workload) {
+		for i := range w.Pods {
+			w.Pods[i].Revision = ""
+			w.Pods[i].Annotations = map[string]string{AnnotationRedirection: RedirectionEnabled}
+			w.Pods[i].Labels = map[string]string{"app": w.Name, LabelDataplaneMode: DataplaneAmbient, LabelInject: "false"}
+		}
+	}
+}
 func label(k, v string) wopt { return func(w *Workload) { w.Labels[k] = v } }
 func replicas(n int32) wopt {
 	return func(w *Workload) {

@@ -32,7 +32,7 @@ func judge(m *machine) step {
 		// written: it would cost a status write per pod that becomes
 		// ready, and the outcome is what people read. An OnDelete member
 		// rolls out only as its pods are evicted.
-		evictions(m, moving(m), st.TargetRevision, false)
+		evictions(m, moving(m), st.targetPlace(), false)
 		m.requeue(v.RetryAfter)
 		return nil
 	}

@@ -47,6 +47,10 @@ type MoveRecord struct {
 	// is pushed a second past it (restartStamp), and so can name a second
 	// a later wave starts in. Nil for a record-only patch.
 	Stamp *time.Time `json:"stamp,omitempty"`
+	// Mode is "ambient" for a move of a migration to ambient: forward, the
+	// template was labelled out of the sidecars; rolling back, the labels
+	// were taken off again.
+	Mode Mode `json:"mode,omitempty"`
 }
 
 // restartSecond is the restart stamp r accounts for: its Stamp, or the
@@ -146,6 +150,8 @@ func (r MoveRecord) valid() bool {
 	case r.Scope != RollbackNone && (!r.Rollback || (r.Scope != RollbackWave && r.Scope != RollbackAll)):
 		return false
 	case r.Outcome != "" && (r.Rollback || (r.Outcome != OutcomeFailed && r.Outcome != OutcomeSkipped)):
+		return false
+	case r.Mode != ModeSidecar && r.Mode != ModeAmbient:
 		return false
 	}
 	// A forward move goes to the migration's target; a rollback comes from it.

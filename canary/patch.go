@@ -84,10 +84,36 @@ func MovePatch(w Workload, changes TemplateChanges, record MoveRecord) []byte {
 	annotations[AnnotationRestartedAt] = restartStamp(w, record.At).Format(time.RFC3339)
 	var p movePatch
 	p.Metadata = recordMeta(w, record)
-	p.Spec.Template.Metadata = templateMeta{Annotations: annotations, Labels: changes.Labels}
+	p.Spec.Template.Metadata = templateMeta{Annotations: annotations, Labels: templateLabels(changes.Labels, record)}
 	// Maps of strings always marshal.
 	patch, _ := json.Marshal(p)
 	return patch
+}
+
+// templateLabels are the pod-template labels a move writes: the ones the
+// settings add, and for a move to ambient the two that take its pods out
+// of the sidecars (no injector is called for sidecar.istio.io/inject
+// "false") and enrol them (istio.io/dataplane-mode: ambient), whatever the
+// namespace's labels say. Its rollback removes both (a null in the merge
+// patch): the namespace's istio.io/rev, which stays until the last wave
+// passed, injects them again.
+func templateLabels(add map[string]string, record MoveRecord) map[string]*string {
+	if len(add) == 0 && record.Mode != ModeAmbient {
+		return nil
+	}
+	out := make(map[string]*string, len(add)+2)
+	for k, v := range add {
+		out[k] = &v
+	}
+	if record.Mode == ModeAmbient {
+		inject, mode := "false", DataplaneAmbient
+		if record.Rollback {
+			out[LabelInject], out[LabelDataplaneMode] = nil, nil
+		} else {
+			out[LabelInject], out[LabelDataplaneMode] = &inject, &mode
+		}
+	}
+	return out
 }
 
 // RecordPatch writes only the move record, fenced with the resourceVersion
@@ -117,8 +143,8 @@ type (
 		ResourceVersion string            `json:"resourceVersion,omitempty"`
 	}
 	templateMeta struct {
-		Annotations map[string]string `json:"annotations"`
-		Labels      map[string]string `json:"labels,omitempty"`
+		Annotations map[string]string  `json:"annotations"`
+		Labels      map[string]*string `json:"labels,omitempty"`
 	}
 )
 

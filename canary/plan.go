@@ -71,6 +71,11 @@ type NamespacePlan struct {
 	Priority       int
 	Target         string
 	TargetRevision string
+	// Ambient is true when the waves move the workloads out of their
+	// sidecars into ambient mode; false when onto the target's sidecar.
+	// An ambient target whose sidecars must move onto its revision first
+	// plans that sidecar step (Istio's HBONE step) first.
+	Ambient bool
 	// Moved are the workloads already moved to the target in this migration.
 	Moved []string
 	// Failed are the workloads this migration moved that failed their wave
@@ -137,14 +142,14 @@ const MaxWaveSize = maxMembers
 // d(1) e(100): the waves are [a] [b c] [d] [e].
 func PlanNamespace(ns string, deployments []Workload, targetRevision, migration string, wavesRun int, sizes WaveSizes) NamespacePlan {
 	set, _ := parseWorkloads(deployments)
-	return planNamespace(ns, set, targetRevision, migration, wavesRun, Config{Sizes: sizes}.WithDefaults().Sizes)
+	return planNamespace(ns, set, Place{Revision: targetRevision}, migration, wavesRun, Config{Sizes: sizes}.WithDefaults().Sizes)
 }
 
 // planNamespace is PlanNamespace over workloads already parsed, with sizes
 // already filled in (Config.WithDefaults): a size of zero would cut empty
 // waves forever.
-func planNamespace(ns string, set workloadSet, targetRevision, migration string, wavesRun int, sizes WaveSizes) NamespacePlan {
-	plan := NamespacePlan{Namespace: ns, TargetRevision: targetRevision}
+func planNamespace(ns string, set workloadSet, target Place, migration string, wavesRun int, sizes WaveSizes) NamespacePlan {
+	plan := NamespacePlan{Namespace: ns, TargetRevision: target.Revision, Ambient: target.Ambient}
 	// The workloads to move, in name order, as the set is.
 	todo := make([]Planned, 0, len(set))
 	// Moves of this migration recorded in a wave after wavesRun were made
@@ -156,7 +161,7 @@ func planNamespace(ns string, set workloadSet, targetRevision, migration string,
 			recorded[r.Wave] = append(recorded[r.Wave], Planned{Name: w.Name, Group: w.settings.Wave})
 			continue
 		}
-		if p, ok := plan.place(w, targetRevision, migration); ok {
+		if p, ok := plan.place(w, target, migration); ok {
 			todo = append(todo, p)
 		}
 	}
@@ -187,7 +192,7 @@ func planNamespace(ns string, set workloadSet, targetRevision, migration string,
 
 // place says where w goes: left out (with the reason), failed or moved by
 // this migration, or to move (ok, its place in the plan).
-func (plan *NamespacePlan) place(w parsedWorkload, targetRevision, migration string) (Planned, bool) {
+func (plan *NamespacePlan) place(w parsedWorkload, target Place, migration string) (Planned, bool) {
 	exclude := func(reason string) (Planned, bool) {
 		plan.Excluded = append(plan.Excluded, Exclusion{w.Name, reason})
 		return Planned{}, false
@@ -215,23 +220,25 @@ func (plan *NamespacePlan) place(w parsedWorkload, targetRevision, migration str
 	}
 	live, injected, onTarget := 0, 0, 0
 	for i := range w.Pods {
-		p := &w.Pods[i] // a Pod is large: only two of its fields are read
+		p := &w.Pods[i] // a Pod is large: only a few of its fields are read
 		if p.Terminating {
 			continue
 		}
 		live++
 		if p.Injected() {
 			injected++
-			if p.Revision == targetRevision {
-				onTarget++
-			}
+		}
+		if p.At(target) {
+			onTarget++
 		}
 	}
 	switch {
+	case target.Ambient && live > 0 && onTarget == live:
+		return exclude("already in ambient")
 	case injected == 0:
 		return exclude("no injected pod")
 	case onTarget == live:
-		return exclude("already on " + targetRevision)
+		return exclude("already on " + target.Revision)
 	}
 	return Planned{Name: w.Name, Group: w.settings.Wave, rank: w.KindOf().rank()}, true
 }
@@ -241,7 +248,7 @@ func (plan *NamespacePlan) place(w parsedWorkload, targetRevision, migration str
 // in flight. Both the engine and `meshwave plan` use it; sizes are filled
 // in (Config.WithDefaults).
 func planRemaining(ns string, set workloadSet, st *Status, sizes WaveSizes) NamespacePlan {
-	p := planNamespace(ns, set, st.TargetRevision, st.MigrationID(), st.Wave, sizes)
+	p := planNamespace(ns, set, st.targetPlace(), st.MigrationID(), st.Wave, sizes)
 	// A planned workload can be a member only if its meshwave.io/wave
 	// value is a member's: comparing the values first spares hashing the
 	// name of every workload of a large plan.

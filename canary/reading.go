@@ -169,6 +169,12 @@ func (r *Reading) settle(resolve func(string) (string, bool), peer bool) {
 			// migration.
 			st.TargetRevision = rev
 		}
+		if st.Wave == 0 && !terminal(st.unblockedPhase()) && !r.Retargeted {
+			// Until it starts, a migration is of the mode the namespace
+			// asks for, or of the sidecar step an ambient one needs
+			// first.
+			st.Mode = r.modeOf(settings.Mode, rev)
+		}
 		if peer && (st.HoldsSlot() || r.StatusErr != nil && prev == nil) {
 			// An adopted status would hold a slot too; an unreadable one
 			// is held until its own decision rebuilds it (PeerOf).
@@ -195,7 +201,7 @@ func (r *Reading) keptOrNew(resolve func(string) (string, bool)) (st *Status, st
 	r.Retargeted = rollsBackFirst(st, settings)
 	if r.Retargeted {
 		switch newRev, ok := resolve(settings.Target); {
-		case ok && newRev == st.TargetRevision:
+		case ok && newRev == st.TargetRevision && st.Mode == settings.Mode:
 			// The same revision named another way: the same migration.
 			st.Target, r.Retargeted = settings.Target, false
 		case ok && r.newerOnRecord(newRev, st):
@@ -206,7 +212,7 @@ func (r *Reading) keptOrNew(resolve func(string) (string, bool)) (st *Status, st
 		}
 	}
 	r.Standing = StandingKept
-	if st == nil || st.Target != settings.Target && !r.Retargeted || st.Phase == PhaseStopped {
+	if st == nil || !st.serves(settings) && !r.Retargeted || st.Phase == PhaseStopped {
 		st = r.freshStatus(settings.Target)
 	}
 	return st, staleOf
@@ -231,7 +237,7 @@ func (r *Reading) freshStatus(target string) *Status {
 	prev := r.Recorded
 	r.Standing = StandingNew
 	st := &Status{Phase: PhasePending, Target: target}
-	if prev != nil && terminal(prev.Phase) && prev.Target == target {
+	if prev != nil && terminal(prev.Phase) && prev.Target == target && prev.Mode == r.Settings.Mode {
 		// The target was set again after the migration ended: a retry.
 		// Rollbacks on record from before now are history.
 		st.RetriedAt = timePtr(r.now)

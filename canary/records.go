@@ -22,6 +22,8 @@ type migrationOnRecord struct {
 	Forward, Back map[string]*MoveRecord
 	// LastWave is the highest wave of any of those records.
 	LastWave int
+	// Mode is the migration's, as its records say.
+	Mode Mode
 }
 
 // migrationsOnRecord groups the namespace's move records by the migration
@@ -44,6 +46,9 @@ func migrationsOnRecord(set workloadSet, targetRevision string) []migrationOnRec
 		}
 		if m == nil {
 			continue
+		}
+		if r.Mode == ModeAmbient {
+			m.Mode = ModeAmbient
 		}
 		if r.Rollback {
 			m.Back[w.Name] = r

@@ -96,7 +96,7 @@ func rollbackRestarts(m *machine, members []parsedWorkload) (issued bool, refuse
 			refused = append(refused, fmt.Sprintf("the apiserver refused to restart %s: %s", w.Name, answer))
 			continue
 		}
-		rec := MoveRecord{Revision: st.SourceRevision, From: st.TargetRevision, SourceLabel: st.sourceLabelOnRecord(), Wave: wave, At: m.now, Rollback: true, Migration: st.MigrationID()}
+		rec := MoveRecord{Revision: st.SourceRevision, From: st.TargetRevision, SourceLabel: st.sourceLabelOnRecord(), Wave: wave, At: m.now, Rollback: true, Migration: st.MigrationID(), Mode: st.Mode}
 		if st.Rollback == RollbackAll {
 			rec.Scope = RollbackAll
 		}
@@ -117,7 +117,7 @@ func judgeRollback(m *machine, members []parsedWorkload) {
 	}
 	v, notPassed := FirstNotPassed(verdicts)
 	if notPassed && v.Result == ResultPending {
-		evictions(m, members, st.SourceRevision, true)
+		evictions(m, members, st.sourcePlace(), true)
 		m.requeue(v.RetryAfter)
 		return
 	}
@@ -229,7 +229,7 @@ func strayMove(w parsedWorkload, st *Status) bool {
 	}
 	onTarget := false
 	for _, p := range w.Pods {
-		onTarget = onTarget || !p.Terminating && p.Revision == st.TargetRevision
+		onTarget = onTarget || !p.Terminating && p.At(st.targetPlace())
 	}
 	if !onTarget {
 		return false

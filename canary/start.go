@@ -97,7 +97,7 @@ func start(m *machine, plan NamespacePlan, source Source, compat []string) {
 	st.SourceLabel, st.SourceRevision = source.Label, source.Revision
 	st.StartedAt, st.RetriedAt = timePtr(freshStart(m)), nil
 	st.Warnings = warnings(m, plan, source.Revision, compat)
-	m.event("", EventNormal, "MigrationStarted", fmt.Sprintf("moving %d workloads from %s to %s in %d waves", plan.Remaining(), source.Revision, st.TargetRevision, len(plan.Waves)))
+	m.event("", EventNormal, "MigrationStarted", fmt.Sprintf("moving %d workloads from %s to %s in %d waves", plan.Remaining(), source.Revision, st.targetPlace(), len(plan.Waves)))
 	for _, w := range st.Warnings {
 		m.event("", EventWarning, "PrecheckWarning", w)
 	}
@@ -151,6 +151,11 @@ func precheck(m *machine) (reason string, retry bool, source Source) {
 	}
 	if !anyInjected(m.snap().Workloads) {
 		return fmt.Sprintf("nothing to migrate: no workload has an injected pod; %s stays %s", LabelRev, label), false, Source{}
+	}
+	if m.st.Mode == ModeAmbient {
+		if why := ambientPrecheck(m); why != "" {
+			return why, true, Source{}
+		}
 	}
 	return "", false, source
 }

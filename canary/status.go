@@ -103,7 +103,7 @@ func undoing(st *Status, settings NamespaceSettings) bool {
 // replaced by the new target's migration. (A Stopped status is terminal,
 // so never undoing.)
 func rollsBackFirst(st *Status, settings NamespaceSettings) bool {
-	return st != nil && st.Target != settings.Target && undoing(st, settings)
+	return st != nil && !st.serves(settings) && undoing(st, settings)
 }
 
 // rollingBack reports whether s is of a rollback under way, or paused or
@@ -218,6 +218,13 @@ type Status struct {
 	// TargetRevision is the revision it resolved to.
 	Target         string `json:"target"`
 	TargetRevision string `json:"targetRevision,omitempty"`
+	// Mode is "ambient" for a move out of the sidecars into ambient mode;
+	// empty for a move onto the target's sidecar.
+	Mode Mode `json:"mode,omitempty"`
+	// NamespaceEnrolled is set once a completed move to ambient labelled
+	// the namespace istio.io/dataplane-mode=ambient and took its injection
+	// labels off: meshwave then owns no istio.io/rev.
+	NamespaceEnrolled bool `json:"namespaceEnrolled,omitempty"`
 	// SourceLabel is the istio.io/rev value before the switch, which a
 	// rollback puts back; SourceRevision is the revision it stood for.
 	SourceLabel    string `json:"sourceLabel,omitempty"`
@@ -373,6 +380,12 @@ func validateEnums(s *Status, v *statusErrors) {
 	case RollbackNone, RollbackWave, RollbackAll:
 	default:
 		v.bad("rollback", fmt.Sprintf("%q", s.Rollback), `"wave", "all" or empty`)
+	}
+	switch {
+	case s.Mode != ModeSidecar && s.Mode != ModeAmbient:
+		v.bad("mode", fmt.Sprintf("%q", s.Mode), `"ambient" or empty`)
+	case s.NamespaceEnrolled && (s.Mode != ModeAmbient || s.Phase != PhaseCompleted):
+		v.bad("namespaceEnrolled", true, "set only on a completed move to ambient")
 	}
 }
 

@@ -180,6 +180,8 @@ func (s *Status) ownedLabel() string {
 	switch {
 	case s.Phase == PhaseRollingBack || s.Phase == PhaseRolledBack || (s.Phase == PhasePaused && s.WaveState == WaveRollingBack):
 		return s.SourceLabel
+	case s.Phase == PhaseCompleted && s.NamespaceEnrolled:
+		return "" // the namespace is ambient: it carries no istio.io/rev
 	case s.Phase == PhaseCompleted:
 		return s.Target
 	case s.Wave > 0 && (s.Phase == PhaseMigrating || s.Phase == PhaseAnalyzing || s.Phase == PhasePaused):

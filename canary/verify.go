@@ -14,7 +14,11 @@ type WaveUnderTest struct {
 	SourceRevision string
 	// Expect is the revision the members' new pods must run: the target,
 	// or the source while rolling back.
-	Expect   string
+	Expect string
+	// Ambient is true when the members' new pods must run no sidecar and
+	// be enrolled in ambient mode: a wave of a move to ambient, not its
+	// rollback, which expects Expect's sidecar again.
+	Ambient  bool
 	Rollback bool
 	// Workloads are the members still under test.
 	Workloads []WaveWorkload
@@ -66,9 +70,9 @@ func (r Reading) WaveToVerify() (WaveUnderTest, bool) {
 	if !ok || len(members) == 0 {
 		return WaveUnderTest{}, false
 	}
-	out.Expect, out.Rollback = st.TargetRevision, false
+	out.Expect, out.Rollback, out.Ambient = st.TargetRevision, false, st.Mode == ModeAmbient
 	if st.Phase == PhaseRollingBack {
-		out.Expect, out.Rollback = st.SourceRevision, true
+		out.Expect, out.Rollback, out.Ambient = st.SourceRevision, true, false
 	}
 	for _, w := range members {
 		// Every member carries a record: of this move, or of this rollback.

@@ -169,9 +169,12 @@ func complete(m *machine) step {
 		}
 	}
 	st.PastFailed = len(failed)
-	st.Reason = fmt.Sprintf("moved %d workloads to %s in %d waves", moved, st.TargetRevision, st.Wave)
+	st.Reason = fmt.Sprintf("moved %d workloads to %s in %d waves", moved, st.targetPlace(), st.Wave)
 	if st.PastFailed > 0 {
 		st.Reason += fmt.Sprintf("; %d failed and stayed where they were", st.PastFailed)
+	}
+	if st.Mode == ModeAmbient {
+		enrolNamespace(m)
 	}
 	m.event("", EventNormal, "Completed", st.Reason)
 	return nil

@@ -1,0 +1,192 @@
+package canary
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// ambientSim is namespace shop asking for ambient on 1-26, its workloads'
+// sidecars on 1-26 already, moved in a canary of one, then waves of two.
+func ambientSim(t *testing.T, ws ...Workload) *sim {
+	for i := range ws {
+		onRevision("1-26")(&ws[i])
+	}
+	s := newSim(t, ws...)
+	s.snap.Namespace.Labels[LabelRev] = "1-26"
+	s.snap.Namespace.Annotations[AnnotationTargetMode] = "ambient"
+	s.cfg.Sizes = WaveSizes{CanarySize: 1, BatchSize: 2}
+	return s
+}
+
+// templateLabelsOf reads the pod-template labels of a move's patch, null
+// for a label it removes.
+func templateLabelsOf(t *testing.T, m Move) map[string]*string {
+	var p struct {
+		Spec struct {
+			Template struct {
+				Metadata struct {
+					Labels map[string]*string `json:"labels"`
+				} `json:"metadata"`
+			} `json:"template"`
+		} `json:"spec"`
+	}
+	require.NoError(t, json.Unmarshal(m.Patch, &p))
+	return p.Spec.Template.Metadata.Labels
+}
+
+func TestAMoveToAmbientLabelsEachWavesTemplatesAndEnrolsTheNamespaceLast(t *testing.T) {
+	s := ambientSim(t, deploy("a", waveAnn("0")), deploy("b"), deploy("c"))
+	d := s.decide(nil)
+	require.Equal(t, PhaseMigrating, d.Status.Phase, d.Status.Reason)
+	assert.Equal(t, ModeAmbient, d.Status.Mode)
+	assert.Equal(t, "", d.Label, "the namespace keeps istio.io/rev: waiting workloads' recreated pods keep their sidecar")
+	require.Len(t, d.Moves, 1)
+	assert.Equal(t, "a", d.Moves[0].Workload)
+	inject, mode := "false", "ambient"
+	assert.Equal(t, map[string]*string{LabelInject: &inject, LabelDataplaneMode: &mode}, templateLabelsOf(t, d.Moves[0]))
+	assert.Equal(t, ModeAmbient, d.Moves[0].Record.Mode)
+	assert.False(t, d.EnrolNamespace)
+
+	// The wave's gates expect the new pods in ambient.
+	s.rollOutAmbient("a")
+	w, ok := waveToVerify(s.snap, s.status, s.cfg)
+	require.True(t, ok)
+	assert.True(t, w.Ambient)
+	assert.Equal(t, "1-26", w.Expect)
+
+	s.playUntil(PhaseCompleted)
+	assert.Equal(t, map[string]int{"a": 1, "b": 1, "c": 1}, s.patches, "each workload is restarted once")
+	assert.Equal(t, "moved 3 workloads to ambient (1-26) in 2 waves", s.status.Reason)
+	assert.True(t, s.status.NamespaceEnrolled)
+	assert.True(t, s.last.EnrolNamespace, "the namespace is enrolled in the write that completes")
+	assert.Equal(t, map[string]string{LabelDataplaneMode: DataplaneAmbient}, s.snap.Namespace.Labels)
+	assert.Contains(t, s.reasons(), "NamespaceEnrolled")
+
+	// Completed and enrolled, it owns no istio.io/rev: nothing puts it back.
+	for range 3 {
+		s.now = s.now.Add(time.Minute)
+		d = s.decide(nil)
+		assert.Empty(t, d.Label)
+		assert.False(t, d.EnrolNamespace)
+		assert.Empty(t, d.Moves)
+	}
+}
+
+func TestAnAmbientTargetMovesTheSidecarsOntoItsRevisionFirst(t *testing.T) {
+	s := newSim(t, deploy("a"), deploy("b"))
+	s.snap.Namespace.Annotations[AnnotationTargetMode] = "ambient"
+	s.cfg.Sizes = WaveSizes{CanarySize: 1, BatchSize: 2}
+	d := s.decide(nil)
+	require.Equal(t, PhaseMigrating, d.Status.Phase, d.Status.Reason)
+	assert.Equal(t, ModeSidecar, d.Status.Mode, "Istio's step 1: every sidecar on the ambient-capable revision first")
+	assert.Equal(t, "1-26", d.Label)
+	require.Len(t, d.Moves, 1)
+	assert.Nil(t, templateLabelsOf(t, d.Moves[0]), "a sidecar move labels nothing")
+
+	s.playUntil(PhaseCompleted)
+	assert.Equal(t, ModeSidecar, s.status.Mode)
+	sidecarStart := *s.status.StartedAt
+
+	// The move to ambient follows by itself.
+	s.now = s.now.Add(time.Minute)
+	d = s.decide(nil)
+	require.NotNil(t, d.Status)
+	assert.Equal(t, ModeAmbient, d.Status.Mode)
+	assert.Equal(t, PhaseMigrating, d.Status.Phase, d.Status.Reason)
+	assert.NotEqual(t, sidecarStart, *d.Status.StartedAt)
+	s.playUntil(PhaseCompleted)
+	assert.Equal(t, ModeAmbient, s.status.Mode)
+	assert.Equal(t, map[string]int{"a": 2, "b": 2}, s.patches, "once onto 1-26's sidecar, once into ambient")
+	assert.Equal(t, map[string]string{LabelDataplaneMode: DataplaneAmbient}, s.snap.Namespace.Labels)
+}
+
+func TestAFailedAmbientWaveRollsBackOntoTheSidecarWithTheLabelsRemoved(t *testing.T) {
+	s := ambientSim(t, deploy("a"), deploy("b"))
+	s.decide(nil)
+	s.rollOutAmbient("a")
+	s.now = s.now.Add(time.Minute)
+	d := s.decide(failRollout("a", "a broke"))
+	require.Equal(t, PhaseRollingBack, d.Status.Phase, d.Status.Reason)
+	require.Len(t, d.Moves, 1)
+	assert.Equal(t, map[string]*string{LabelInject: nil, LabelDataplaneMode: nil}, templateLabelsOf(t, d.Moves[0]))
+	assert.True(t, d.Moves[0].Record.Rollback)
+	assert.Equal(t, ModeAmbient, d.Moves[0].Record.Mode)
+	assert.Equal(t, "1-26", d.Moves[0].Record.Revision, "back onto the sidecar of the revision the namespace keeps")
+
+	s.rollOut("1-26", "a")
+	w, ok := waveToVerify(s.snap, s.status, s.cfg)
+	require.True(t, ok)
+	assert.False(t, w.Ambient, "the way back expects a sidecar again")
+	assert.Equal(t, "1-26", w.Expect)
+	s.playUntil(PhaseRolledBack)
+	assert.Equal(t, "1-26", s.snap.Namespace.Labels[LabelRev])
+	assert.NotContains(t, s.snap.Namespace.Labels, LabelDataplaneMode)
+	assert.Equal(t, map[string]string{"app": "a"}, s.snap.Workloads[0].TemplateLabels)
+}
+
+func TestAnInvalidTargetModeBlocksNamingTheKeyAndWritesNothingElse(t *testing.T) {
+	s := ambientSim(t, deploy("a"))
+	s.snap.Namespace.Annotations[AnnotationTargetMode] = "Ambient"
+	d := s.decide(nil)
+	require.NotNil(t, d.Status)
+	assert.Equal(t, PhaseBlocked, d.Status.Phase)
+	assert.Equal(t, BlockedInvalidInput, d.Status.BlockedKind)
+	assert.Contains(t, d.Status.Reason, `meshwave.io/target-mode on namespace shop: "Ambient" is not "sidecar" or "ambient"`)
+	assert.Empty(t, d.Moves)
+	assert.Empty(t, d.Label)
+	assert.False(t, d.EnrolNamespace)
+}
+
+func TestAMoveToAmbientWaitsForEverySidecarOfTheNamespaceOnTheTarget(t *testing.T) {
+	s := ambientSim(t, deploy("a"))
+	s.snap.Unmovable = []Unmovable{{ID: "Job/migrate", Revisions: map[string]int{"1-25": 1}}}
+	d := s.decide(nil)
+	require.NotNil(t, d.Status)
+	assert.Equal(t, PhaseBlocked, d.Status.Phase)
+	assert.Equal(t, BlockedPrecheck, d.Status.BlockedKind)
+	assert.Contains(t, d.Status.Reason, "1 pods of Job/migrate run 1-25")
+	assert.Contains(t, d.Status.Reason, "needs every sidecar of the namespace on 1-26 first")
+	assert.Empty(t, d.Moves)
+
+	s.snap.Unmovable = nil
+	s.now = s.now.Add(time.Minute)
+	d = s.decide(nil)
+	require.NotNil(t, d.Status)
+	assert.Equal(t, PhaseMigrating, d.Status.Phase, d.Status.Reason)
+}
+
+func TestACompletedMoveToAmbientKeepsTheNamespaceLabelsWhileAWorkloadKeepsItsSidecar(t *testing.T) {
+	s := ambientSim(t, deploy("a"), deploy("gw", label("istio", "ingressgateway")))
+	s.playUntil(PhaseCompleted)
+	assert.False(t, s.status.NamespaceEnrolled)
+	assert.Equal(t, "1-26", s.snap.Namespace.Labels[LabelRev])
+	assert.NotContains(t, s.snap.Namespace.Labels, LabelDataplaneMode)
+	require.NotEmpty(t, s.status.Warnings)
+	assert.Contains(t, s.status.Warnings[len(s.status.Warnings)-1], "keeps istio.io/rev=1-26 and is not labelled istio.io/dataplane-mode=ambient: deployment gw still run a sidecar")
+}
+
+func TestALostStatusMidAmbientWaveIsAdoptedWithoutASecondRestart(t *testing.T) {
+	s := ambientSim(t, deploy("a"), deploy("b"), deploy("c"))
+	s.playUntil(PhaseMigrating)
+	for s.status.Wave < 2 {
+		for _, w := range s.snap.Workloads {
+			s.rollOutRecord(w)
+		}
+		s.decide(s.gates())
+		s.now = s.now.Add(time.Minute)
+	}
+	require.Equal(t, map[string]int{"a": 1, "b": 1, "c": 1}, s.patches)
+	s.status = nil // lost
+	d := s.decide(nil)
+	require.NotNil(t, d.Status)
+	assert.Equal(t, ModeAmbient, d.Status.Mode, "the records say the migration was to ambient")
+	assert.Equal(t, 2, d.Status.Wave)
+	assert.Contains(t, s.reasons(), "StatusAdopted")
+	s.playUntil(PhaseCompleted)
+	assert.Equal(t, map[string]int{"a": 1, "b": 1, "c": 1}, s.patches, "no workload restarted twice")
+	assert.True(t, s.status.NamespaceEnrolled)
+}
