@@ -100,7 +100,7 @@ func (c *Controller) writeNamespace(ctx context.Context, ns *corev1.Namespace, p
 	if d.ClearRollback {
 		annotations[canary.AnnotationRollback] = nil
 	}
-	fenceOnly := len(annotations) == 0 && d.Label == ""
+	fenceOnly := len(annotations) == 0 && d.Label == "" && !d.EnrolNamespace
 	if fenceOnly && len(d.Moves) == 0 && len(d.Evictions) == 0 {
 		return nil
 	}
@@ -112,7 +112,13 @@ func (c *Controller) writeNamespace(ctx context.Context, ns *corev1.Namespace, p
 	if len(annotations) > 0 {
 		metadata["annotations"] = annotations
 	}
-	if d.Label != "" {
+	switch {
+	case d.EnrolNamespace:
+		// The move to ambient completed: the namespace is enrolled and
+		// loses its injection labels, in the write of the status that
+		// says so.
+		metadata["labels"] = map[string]any{canary.LabelDataplaneMode: canary.DataplaneAmbient, canary.LabelRev: nil, canary.LabelInjection: nil}
+	case d.Label != "":
 		metadata["labels"] = map[string]string{canary.LabelRev: d.Label}
 	}
 	if d.Status != nil && canary.TakesSlot(prev, d.Status) {
@@ -152,6 +158,9 @@ func (c *Controller) writeNamespace(ctx context.Context, ns *corev1.Namespace, p
 	}
 	if d.Label != "" {
 		logger.Info("Set namespace revision label", "label", canary.LabelRev, "value", d.Label)
+	}
+	if d.EnrolNamespace {
+		logger.Info("Enrolled the namespace in ambient", "label", canary.LabelDataplaneMode, "value", canary.DataplaneAmbient)
 	}
 	return nil
 }

@@ -71,7 +71,7 @@ type Caches struct {
 // annotations only the sidecar status and the keys in persist, and of a
 // ControllerRevision's data only its template's restart stamp.
 func NewCaches(client kubernetes.Interface, resync time.Duration, persist []string) *Caches {
-	keep := map[string]bool{canary.AnnotationSidecar: true}
+	keep := map[string]bool{canary.AnnotationSidecar: true, canary.AnnotationRedirection: true}
 	for _, k := range persist {
 		keep[k] = true
 	}

@@ -127,6 +127,9 @@ func New(opts Options) (*Controller, error) {
 	}
 	if c.gates == nil {
 		deps := opts.GateDeps
+		if deps.Ztunnels == nil {
+			deps.Ztunnels = c.caches.Ztunnels(opts.Config.RootNamespace)
+		}
 		if deps.Istiods == nil {
 			deps.Istiods = c.caches.Istiods(opts.Config.RootNamespace)
 		}

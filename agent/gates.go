@@ -379,6 +379,8 @@ func (m MetricGates) checks() []keyedCheck {
 type GateDeps struct {
 	// Istiods lists a revision's Ready istiod pods.
 	Istiods func(revision string) []analysis.Istiod
+	// Ztunnels lists the ztunnel pods of a node, for waves into ambient.
+	Ztunnels func(node string) []analysis.ZtunnelPod
 	// Sync answers syncz; default from Gates.Sync.
 	Sync analysis.SyncSource
 	// Prometheus answers PromQL; default from Gates.Metrics.Prometheus.
@@ -407,7 +409,7 @@ func (g Gates) BuildGates(rootNamespace string, deps GateDeps) (func(canary.Wave
 		if deps.Istiods == nil {
 			return nil, errors.New("the sync gate needs a source of istiod pods")
 		}
-		forward = append(forward, analysis.SyncGate{Source: src, Istiods: deps.Istiods, RootNamespace: rootNamespace,
+		forward = append(forward, analysis.SyncGate{Source: src, Istiods: deps.Istiods, Ztunnels: deps.Ztunnels, RootNamespace: rootNamespace,
 			Timeout: g.Sync.Timeout.D(), Interval: g.Sync.Interval.D()})
 	}
 	if m := g.Metrics; m.Prometheus.URL != "" || deps.Prometheus != nil {

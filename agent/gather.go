@@ -454,6 +454,25 @@ func (c *Caches) Istiods(rootNamespace string) func(string) []analysis.Istiod {
 	}
 }
 
+// Ztunnels returns a lister of the ztunnel pods (app=ztunnel, as Istio's
+// chart labels its DaemonSet's pods) in the root namespace on a node.
+func (c *Caches) Ztunnels(rootNamespace string) func(node string) []analysis.ZtunnelPod {
+	return func(node string) []analysis.ZtunnelPod {
+		pods, err := c.Pods.In(rootNamespace).List(labels.SelectorFromSet(labels.Set{"app": "ztunnel"}))
+		if err != nil {
+			return nil
+		}
+		var out []analysis.ZtunnelPod
+		for _, p := range pods {
+			if p.Node == node && p.DeletionTimestamp == nil {
+				out = append(out, analysis.ZtunnelPod{Pod: p.Name, Namespace: p.Namespace, Ready: p.Ready})
+			}
+		}
+		sort.Slice(out, func(i, j int) bool { return out[i].Pod < out[j].Pod })
+		return out
+	}
+}
+
 // peers are the other namespaces that opted in or still carry a status.
 // resolve resolves their targets as the decisions do (canary.Mesh.Resolve).
 func (c *Caches) peers(self string, resolve func(string) (string, bool)) ([]canary.Peer, error) {

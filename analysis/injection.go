@@ -22,7 +22,10 @@ type InjectionGate struct{}
 func (InjectionGate) Name() string { return GateInjection }
 
 // Evaluate implements Gate.
-func (InjectionGate) Evaluate(_ context.Context, wave canary.WaveUnderTest, _ time.Time) canary.Verdict {
+func (InjectionGate) Evaluate(_ context.Context, wave canary.WaveUnderTest, now time.Time) canary.Verdict {
+	if wave.Ambient {
+		return enrolment(wave, now)
+	}
 	var failed []canary.WorkloadState
 	checked := 0
 	for _, m := range wave.Workloads {

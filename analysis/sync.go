@@ -47,6 +47,10 @@ type SyncGate struct {
 	// Timeout is how long proxies have to get in sync; Interval is the
 	// time between two rounds of questions.
 	Timeout, Interval time.Duration
+	// Ztunnels lists the ztunnel pods of a node: a wave into ambient mode
+	// has no sidecar to ask about, and the ztunnel of each new pod's node
+	// must be in sync instead (ztunnelsync.go). Nil: no ztunnel is known.
+	Ztunnels func(node string) []ZtunnelPod
 }
 
 // IstiodAnswer is what one istiod replica said, or why it could not be
@@ -100,12 +104,12 @@ func (g SyncGate) observe(ctx context.Context, wave canary.WaveUnderTest) SyncOb
 	if ns, err := g.Source.CallerNamespace(); err == nil {
 		obs.CallerNamespace = ns
 	}
-	want := wantedProxies(wave)
+	want, _ := g.wanted(wave)
 	answered := len(obs.Target) > 0
 	for _, a := range obs.Target {
 		answered = answered && a.Err == nil
 	}
-	if answered && len(mergeAnswers(obs.Target, want)) < len(want) && wave.SourceRevision != "" && wave.SourceRevision != wave.TargetRevision {
+	if answered && len(mergeAnswers(obs.Target, want, nil)) < len(want) && wave.SourceRevision != "" && wave.SourceRevision != wave.TargetRevision {
 		obs.Source = g.ask(ctx, g.Istiods(wave.SourceRevision), wave.Namespace)
 	}
 	return obs
@@ -130,12 +134,12 @@ func (g SyncGate) ask(ctx context.Context, istiods []Istiod, namespace string) [
 
 // wantedProxies are the wave's new proxies, by syncz id (pod.namespace),
 // with the workload each belongs to.
-func wantedProxies(wave canary.WaveUnderTest) map[string]string {
-	want := map[string]string{}
+func wantedProxies(wave canary.WaveUnderTest) map[string][]string {
+	want := map[string][]string{}
 	for _, m := range wave.Workloads {
 		for _, p := range m.Pods {
 			if p.Current && !p.Terminating {
-				want[p.Name+"."+wave.Namespace] = m.Name
+				want[p.Name+"."+wave.Namespace] = []string{m.Name}
 			}
 		}
 	}
@@ -151,14 +155,14 @@ type foundProxy struct {
 // mergeAnswers keeps the wanted proxies of the answers. A proxy listed by
 // two replicas (a stream that moved, the old one not yet closed) counts as
 // in sync when either says so.
-func mergeAnswers(answers []IstiodAnswer, want map[string]string) map[string]foundProxy {
+func mergeAnswers(answers []IstiodAnswer, want map[string][]string, always []string) map[string]foundProxy {
 	found := map[string]foundProxy{}
 	for _, a := range answers {
 		for _, p := range a.Proxies {
 			if _, ok := want[p.ID]; !ok {
 				continue
 			}
-			f := foundProxy{ProxySync: p, istiod: a.Istiod.Pod, problem: syncProblem(p)}
+			f := foundProxy{ProxySync: p, istiod: a.Istiod.Pod, problem: syncProblem(p, always)}
 			if prev, ok := found[p.ID]; !ok || (prev.problem != "" && f.problem == "") {
 				found[p.ID] = f
 			}
@@ -172,14 +176,14 @@ func (g SyncGate) judge(wave canary.WaveUnderTest, obs SyncObservation, now time
 	if len(obs.Target) == 0 {
 		return checked(canary.ResultInconclusive, fmt.Sprintf("no Ready istiod pod of revision %s to ask", wave.TargetRevision), g.Interval)
 	}
-	want := wantedProxies(wave)
+	want, absent := g.wanted(wave)
 	started := now
 	if t, ok := wave.Analysis.Started[GateSync]; ok {
 		started = t
 	}
 	timedOut := !now.Before(started.Add(g.Timeout))
 
-	found := mergeAnswers(obs.Target, want)
+	found := mergeAnswers(obs.Target, want, subscribedBy(wave))
 	var unasked []string
 	for _, a := range obs.Target {
 		if a.Err != nil {
@@ -197,12 +201,22 @@ func (g SyncGate) judge(wave canary.WaveUnderTest, obs SyncObservation, now time
 		if p.problem != "" {
 			line := fmt.Sprintf("%s %s with %s", id, p.problem, p.istiod)
 			problems = append(problems, line)
-			failedBy[want[id]] = append(failedBy[want[id]], line)
+			for _, w := range want[id] {
+				failedBy[w] = append(failedBy[w], line)
+			}
 		}
 	}
 	synced := len(want) - len(missing) - len(problems)
-	tally := fmt.Sprintf("%d of %d proxies SYNCED with istiod %s", synced, len(want), wave.TargetRevision)
-	measure := []canary.Measurement{{Check: "proxies-synced", Value: float64(synced), Threshold: ptr(float64(len(want)))}}
+	for _, w := range slices.Sorted(maps.Keys(absent)) {
+		problems = append(problems, absent[w]...)
+		failedBy[w] = append(failedBy[w], absent[w]...)
+	}
+	what, check := "proxies", "proxies-synced"
+	if wave.Ambient {
+		what, check = "ztunnels", "ztunnels-synced"
+	}
+	tally := fmt.Sprintf("%d of %d %s SYNCED with istiod %s", synced, len(want), what, wave.TargetRevision)
+	measure := []canary.Measurement{{Check: check, Value: float64(synced), Threshold: ptr(float64(len(want)))}}
 	verdict := func(r canary.Result, reason string, retry time.Duration) canary.Verdict {
 		v := checked(r, reason, retry)
 		v.Measurements = measure
@@ -216,14 +230,16 @@ func (g SyncGate) judge(wave canary.WaveUnderTest, obs SyncObservation, now time
 		// a newer stream of those not in sync.
 		return verdict(canary.ResultInconclusive, tally+"; "+strings.Join(unasked, "; "), g.Interval)
 	}
-	elsewhere := mergeAnswers(obs.Source, want)
+	elsewhere := mergeAnswers(obs.Source, want, nil)
 	for _, id := range missing {
 		line := id + " is not connected to istiod " + wave.TargetRevision
 		if _, ok := elsewhere[id]; ok {
 			line = fmt.Sprintf("%s is connected to istiod %s, not %s", id, wave.SourceRevision, wave.TargetRevision)
 		}
 		problems = append(problems, line)
-		failedBy[want[id]] = append(failedBy[want[id]], line)
+		for _, w := range want[id] {
+			failedBy[w] = append(failedBy[w], line)
+		}
 	}
 	reason := tally + "; " + strings.Join(problems, "; ")
 	blind := len(missing) > 0 && g.cannotSee(wave.Namespace, obs)
@@ -295,9 +311,9 @@ const maxNACKDetail = 120
 // was ACKed. A type it never subscribed to is absent from syncz (istioctl
 // shows IGNORED), which is normal but for CDS and LDS. NOT_SENT means
 // subscribed but nothing sent yet; ERROR is a NACK, whatever the nonces.
-func syncProblem(p ProxySync) string {
+func syncProblem(p ProxySync, always []string) string {
 	var bad []string
-	for _, t := range alwaysSubscribed {
+	for _, t := range always {
 		if _, ok := p.Status[t]; !ok {
 			bad = append(bad, "not subscribed to "+typeName(t))
 		}

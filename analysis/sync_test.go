@@ -85,7 +85,7 @@ func TestSyncProblemSpeaksIstioctlsWords(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			assert.Equal(t, tt.want, syncProblem(tt.proxy))
+			assert.Equal(t, tt.want, syncProblem(tt.proxy, alwaysSubscribed))
 		})
 	}
 }

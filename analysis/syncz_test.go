@@ -238,8 +238,8 @@ func TestTheHTTPClientReadsEachTypesNoncesAndNACKs(t *testing.T) {
 			TypeCDS: statusv3.ConfigStatus_SYNCED, TypeLDS: statusv3.ConfigStatus_SYNCED, TypeRDS: statusv3.ConfigStatus_STALE,
 		}},
 	}, got)
-	assert.Equal(t, `NOT_SENT on EDS, ERROR (NACK) on RDS ("duplicate virtual host")`, syncProblem(got[0]))
-	assert.Equal(t, "STALE on LDS", syncProblem(got[1]))
+	assert.Equal(t, `NOT_SENT on EDS, ERROR (NACK) on RDS ("duplicate virtual host")`, syncProblem(got[0], alwaysSubscribed))
+	assert.Equal(t, "STALE on LDS", syncProblem(got[1], alwaysSubscribed))
 }
 
 func TestTheHTTPClientSaysWhyIstiodRefused(t *testing.T) {
