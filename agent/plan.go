@@ -66,9 +66,12 @@ func PlanNow(ctx context.Context, client kubernetes.Interface, cfg Config) (Plan
 		first := p.FirstWave()
 		for i, wave := range p.Waves {
 			for _, x := range wave {
+				changes := canary.PersistedSettings(byName[x.Name], dc.PersistAnnotations)
+				if p.Ambient {
+					changes = canary.IntoAmbient(changes)
+				}
 				out.Workloads = append(out.Workloads, PlannedWorkload{
-					Namespace: p.Namespace, Wave: first + i, Workload: x.Name, Group: x.Group,
-					Changes: canary.PersistedSettings(byName[x.Name], dc.PersistAnnotations),
+					Namespace: p.Namespace, Wave: first + i, Workload: x.Name, Group: x.Group, Changes: changes,
 				})
 			}
 		}

@@ -60,10 +60,17 @@ func RenderPlan(out io.Writer, plan Plan, format string) error {
 }
 
 func targetOf(p canary.NamespacePlan) string {
+	t := p.Target
 	if p.TargetRevision != "" && p.TargetRevision != p.Target {
-		return p.Target + " (" + p.TargetRevision + ")"
+		t = p.Target + " (" + p.TargetRevision + ")"
 	}
-	return p.Target
+	switch {
+	case p.Ambient:
+		t += " ambient"
+	case p.AmbientNext:
+		t += " sidecar, then ambient"
+	}
+	return t
 }
 
 // describeChanges renders a move's template changes compactly: the
@@ -78,8 +85,13 @@ func describeChanges(c canary.TemplateChanges) string {
 	for _, k := range keys {
 		parts = append(parts, fmt.Sprintf("%s=%s", k, c.Annotations[k]))
 	}
-	if app, ok := c.Labels["app"]; ok {
-		parts = append(parts, "label app="+app)
+	labels := make([]string, 0, len(c.Labels))
+	for k := range c.Labels {
+		labels = append(labels, k)
+	}
+	sort.Strings(labels)
+	for _, k := range labels {
+		parts = append(parts, "label "+k+"="+c.Labels[k])
 	}
 	return strings.Join(parts, ", ")
 }
@@ -125,10 +137,14 @@ func RenderStatus(out io.Writer, rows []NamespaceStatus, format string) error {
 }
 
 func targetLabel(st *canary.Status) string {
+	t := st.Target
 	if st.TargetRevision != "" && st.TargetRevision != st.Target {
-		return st.Target + " (" + st.TargetRevision + ")"
+		t = st.Target + " (" + st.TargetRevision + ")"
 	}
-	return st.Target
+	if st.Mode == canary.ModeAmbient {
+		t += " ambient"
+	}
+	return t
 }
 
 // verdictSummary renders the last verdicts compactly, with the worst

@@ -71,6 +71,19 @@ func PersistedSettings(w Workload, allow []string) TemplateChanges {
 	return out
 }
 
+// IntoAmbient is c as a move into ambient mode writes it: with the two
+// pod-template labels that take the pods out of the sidecars and enrol
+// them (templateLabels).
+func IntoAmbient(c TemplateChanges) TemplateChanges {
+	labels := make(map[string]string, len(c.Labels)+2)
+	for k, v := range c.Labels {
+		labels[k] = v
+	}
+	labels[LabelInject], labels[LabelDataplaneMode] = "false", DataplaneAmbient
+	c.Labels = labels
+	return c
+}
+
 // MovePatch is the one merge patch that moves a workload: it persists the
 // pod-only settings, stamps kubectl.kubernetes.io/restartedAt so the
 // Deployment rolls, and records the move on the Deployment. It carries the

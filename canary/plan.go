@@ -76,6 +76,9 @@ type NamespacePlan struct {
 	// An ambient target whose sidecars must move onto its revision first
 	// plans that sidecar step (Istio's HBONE step) first.
 	Ambient bool
+	// AmbientNext is true when these are the sidecar step's waves, and the
+	// move to ambient follows them.
+	AmbientNext bool
 	// Moved are the workloads already moved to the target in this migration.
 	Moved []string
 	// Failed are the workloads this migration moved that failed their wave
@@ -337,8 +340,8 @@ func planOf(r *Reading, sizes WaveSizes) NamespacePlan {
 		plan.Excluded = []Exclusion{{Workload: "*", Reason: r.Errors[0].Error()}}
 		return plan
 	}
-	st := &Status{Target: settings.Target, TargetRevision: r.Revision}
-	if rs := r.Status; !r.Retargeted && rs.Target == settings.Target && rs.TargetRevision == r.Revision && !terminal(rs.Phase) {
+	st := &Status{Target: settings.Target, TargetRevision: r.Revision, Mode: r.modeOf(settings.Mode, r.Revision)}
+	if rs := r.Status; !r.Retargeted && rs.serves(settings) && rs.TargetRevision == r.Revision && !terminal(rs.Phase) {
 		st = rs
 	}
 	if c := r.Continuation; c != nil && st.Wave == 0 {
@@ -348,6 +351,7 @@ func planOf(r *Reading, sizes WaveSizes) NamespacePlan {
 	p := planRemaining(ns, r.records(), st, sizes)
 	p.TargetRevision = r.Revision
 	p.Priority, p.Target = settings.Priority, settings.Target
+	p.AmbientNext = settings.Mode == ModeAmbient && !p.Ambient
 	p.status, p.undoing, p.firstWave = plan.status, plan.undoing, 1
 	if st.Wave > 0 {
 		p.firstWave = st.Wave + 1
