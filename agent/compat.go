@@ -2,6 +2,9 @@ package agent
 
 import (
 	"context"
+	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -25,7 +28,11 @@ var (
 	envoyFiltersResource = schema.GroupVersionResource{Group: "networking.istio.io", Version: "v1alpha3", Resource: "envoyfilters"}
 	telemetriesResource  = schema.GroupVersionResource{Group: "telemetry.istio.io", Version: "v1", Resource: "telemetries"}
 	sailIstiosResource   = schema.GroupVersionResource{Group: "sailoperator.io", Version: "v1", Resource: "istios"}
-	compatResources      = []schema.GroupVersionResource{envoyFiltersResource, telemetriesResource, sailIstiosResource}
+	// The security kinds the move to ambient's prechecks read.
+	peerAuthenticationsResource   = schema.GroupVersionResource{Group: "security.istio.io", Version: "v1", Resource: "peerauthentications"}
+	authorizationPoliciesResource = schema.GroupVersionResource{Group: "security.istio.io", Version: "v1", Resource: "authorizationpolicies"}
+	compatResources               = []schema.GroupVersionResource{envoyFiltersResource, telemetriesResource, sailIstiosResource,
+		peerAuthenticationsResource, authorizationPoliciesResource}
 )
 
 // compatRecheck is how often discovery is asked again for the kinds whose
@@ -46,6 +53,9 @@ type compatCaches struct {
 	informers map[schema.GroupVersionResource]cache.SharedIndexInformer
 	handlers  []cache.ResourceEventHandler
 	stop      <-chan struct{}
+	// unknown are the kinds discovery could not answer for at its last
+	// asking: whether they hold anything cannot be told.
+	unknown map[schema.GroupVersionResource]error
 }
 
 // WatchCompat adds the compatibility kinds, before Start: each is watched
@@ -111,6 +121,16 @@ func (cc *compatCaches) ensure(ctx context.Context) bool {
 			continue
 		}
 		served, err := cc.served(gvr)
+		cc.mu.Lock()
+		if cc.unknown == nil {
+			cc.unknown = map[schema.GroupVersionResource]error{}
+		}
+		if err != nil {
+			cc.unknown[gvr] = err
+		} else {
+			delete(cc.unknown, gvr)
+		}
+		cc.mu.Unlock()
 		if err != nil {
 			klog.FromContext(ctx).V(2).Info("Cannot tell whether the cluster serves a kind the prechecks read; asking again later", "resource", gvr.String(), "err", err.Error())
 		}
@@ -262,6 +282,20 @@ func slimCompat(gvr schema.GroupVersionResource) cache.TransformFunc {
 			keep("spec", "selector")
 		case sailIstiosResource:
 			keep("spec", "updateStrategy")
+		case peerAuthenticationsResource:
+			keep("spec", "selector")
+			keep("spec", "mtls")
+			keep("spec", "portLevelMtls")
+		case authorizationPoliciesResource:
+			keep("spec", "selector")
+			keep("spec", "targetRef")
+			keep("spec", "targetRefs")
+			keep("spec", "action")
+			// A slim object keeps what it has (slimmed twice).
+			keep("spec", "l7")
+			if l7 := canary.L7Features(u.Object); len(l7) > 0 {
+				_ = unstructured.SetNestedStringSlice(out.Object, l7, "spec", "l7")
+			}
 		}
 		return out, nil
 	}
@@ -297,6 +331,40 @@ func (cc *compatCaches) gather(ns, rootNamespace string) canary.Compat {
 		t.MatchLabels, _, _ = unstructured.NestedStringMap(u.Object, "spec", "selector", "matchLabels")
 		out.Telemetries = append(out.Telemetries, t)
 	}
+	for _, n := range namespaces {
+		for _, u := range cc.list(peerAuthenticationsResource, n) {
+			pa := canary.PeerAuthentication{Namespace: u.GetNamespace(), Name: u.GetName()}
+			pa.MatchLabels, _, _ = unstructured.NestedStringMap(u.Object, "spec", "selector", "matchLabels")
+			pa.Mode, _, _ = unstructured.NestedString(u.Object, "spec", "mtls", "mode")
+			pa.MeshWide = n == rootNamespace && n != ns && len(pa.MatchLabels) == 0
+			ports, _, _ := unstructured.NestedMap(u.Object, "spec", "portLevelMtls")
+			for _, port := range slices.Sorted(maps.Keys(ports)) {
+				if m, _ := ports[port].(map[string]any); m != nil && m["mode"] == "DISABLE" {
+					pa.DisabledPorts = append(pa.DisabledPorts, port)
+				}
+			}
+			out.PeerAuthentications = append(out.PeerAuthentications, pa)
+		}
+		for _, u := range cc.list(authorizationPoliciesResource, n) {
+			ap := canary.AuthorizationPolicy{Namespace: u.GetNamespace(), Name: u.GetName()}
+			ap.MatchLabels, _, _ = unstructured.NestedStringMap(u.Object, "spec", "selector", "matchLabels")
+			_, ref, _ := unstructured.NestedFieldNoCopy(u.Object, "spec", "targetRef")
+			refs, _, _ := unstructured.NestedSlice(u.Object, "spec", "targetRefs")
+			ap.TargetRefs = ref || len(refs) > 0
+			ap.L7, _, _ = unstructured.NestedStringSlice(u.Object, "spec", "l7")
+			ap.MeshWide = n == rootNamespace && n != ns && len(ap.MatchLabels) == 0 && !ap.TargetRefs
+			out.AuthorizationPolicies = append(out.AuthorizationPolicies, ap)
+		}
+	}
+	cc.mu.Lock()
+	for _, gvr := range []schema.GroupVersionResource{peerAuthenticationsResource, authorizationPoliciesResource} {
+		if err, ok := cc.unknown[gvr]; ok {
+			out.Unread = append(out.Unread, fmt.Sprintf("%s: %v", gvr.Resource, err))
+		} else if inf, watched := cc.informers[gvr]; watched && !inf.HasSynced() {
+			out.Unread = append(out.Unread, gvr.Resource+": not read yet")
+		}
+	}
+	cc.mu.Unlock()
 	for _, u := range cc.list(sailIstiosResource, "") {
 		is := canary.SailIstio{Name: u.GetName()}
 		is.UpdateStrategy, _, _ = unstructured.NestedString(u.Object, "spec", "updateStrategy", "type")

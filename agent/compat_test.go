@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -29,6 +30,8 @@ type servedKinds struct {
 	mu     sync.Mutex
 	served map[schema.GroupVersionResource]bool
 	asked  int
+	// broken answers every question about its group versions with an error.
+	broken map[string]error
 }
 
 func (s *servedKinds) serve(gvr schema.GroupVersionResource) {
@@ -41,6 +44,9 @@ func (s *servedKinds) ServerResourcesForGroupVersion(gv string) (*metav1.APIReso
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.asked++
+	if err := s.broken[gv]; err != nil {
+		return nil, err
+	}
 	out := &metav1.APIResourceList{GroupVersion: gv}
 	for gvr := range s.served {
 		if gvr.GroupVersion().String() == gv {
@@ -80,6 +86,22 @@ func compatObjects() []runtime.Object {
 		unstructuredObj(telemetriesResource, "Telemetry", "shop", "payments", map[string]any{
 			"selector": map[string]any{"matchLabels": map[string]any{"team": "payments"}},
 		}),
+		unstructuredObj(peerAuthenticationsResource, "PeerAuthentication", "istio-system", "mesh", map[string]any{
+			"mtls": map[string]any{"mode": "STRICT"},
+		}),
+		unstructuredObj(peerAuthenticationsResource, "PeerAuthentication", "shop", "legacy", map[string]any{
+			"selector":      map[string]any{"matchLabels": map[string]any{"app": "legacy"}},
+			"mtls":          map[string]any{"mode": "PERMISSIVE"},
+			"portLevelMtls": map[string]any{"9000": map[string]any{"mode": "DISABLE"}, "9001": map[string]any{"mode": "STRICT"}},
+		}),
+		unstructuredObj(authorizationPoliciesResource, "AuthorizationPolicy", "shop", "paths", map[string]any{
+			"selector": map[string]any{"matchLabels": map[string]any{"app": "cart"}},
+			"rules":    []any{map[string]any{"to": []any{map[string]any{"operation": map[string]any{"paths": []any{"/admin"}, "ports": []any{"8080"}}}}}},
+		}),
+		unstructuredObj(authorizationPoliciesResource, "AuthorizationPolicy", "shop", "at-waypoint", map[string]any{
+			"targetRefs": []any{map[string]any{"kind": "Gateway", "group": "gateway.networking.k8s.io", "name": "waypoint"}},
+			"rules":      []any{map[string]any{"to": []any{map[string]any{"operation": map[string]any{"methods": []any{"GET"}}}}}},
+		}),
 		unstructuredObj(sailIstiosResource, "Istio", "", "default", map[string]any{
 			"updateStrategy": map[string]any{"type": "RevisionBased", "inactiveRevisionDeletionGracePeriodSeconds": int64(600)},
 		}),
@@ -90,6 +112,7 @@ func newCompatCaches(t *testing.T, disc *servedKinds, recheck time.Duration) (*C
 	t.Helper()
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
 		envoyFiltersResource: "EnvoyFilterList", telemetriesResource: "TelemetryList", sailIstiosResource: "IstioList",
+		peerAuthenticationsResource: "PeerAuthenticationList", authorizationPoliciesResource: "AuthorizationPolicyList",
 	}, compatObjects()...)
 	c := NewCaches(fake.NewClientset(), 0, nil)
 	c.WatchCompat(dyn, disc, 0)
@@ -116,7 +139,7 @@ func TestWithoutTheCRDsThePrecheckKindsAreNeverListed(t *testing.T) {
 	assert.Empty(t, dyn.Actions(), "no LIST or WATCH of a kind the cluster does not serve")
 	disc.mu.Lock()
 	defer disc.mu.Unlock()
-	assert.Equal(t, 3, disc.asked, "discovery is asked once per kind before the first recheck")
+	assert.Equal(t, len(compatResources), disc.asked, "discovery is asked once per kind before the first recheck")
 }
 
 func TestTheServedPrecheckKindsAreGatheredSlim(t *testing.T) {
@@ -183,4 +206,29 @@ func TestARevisionsProxyVersionIsItsIstiodsImageTagOrItsName(t *testing.T) {
 	assert.Equal(t, canary.Revision{Name: "1-25", Istiods: 1, ReadyIstiods: 1, ProxyVersion: "1.25.2", VersionFrom: "istiod image docker.io/istio/pilot:1.25.2-distroless"}, m.Revisions["1-25"])
 	assert.Equal(t, canary.Revision{Name: "1-26", Istiods: 1, ReadyIstiods: 1, ProxyVersion: "1.26", VersionFrom: "revision name 1-26"}, m.Revisions["1-26"], "a tag that is no version falls back to the name")
 	assert.Equal(t, canary.Revision{Name: "stable", Istiods: 1, ReadyIstiods: 1, ProxyVersion: "1.26.1", VersionFrom: "istiod image docker.io/istio/pilot:1.26.1"}, m.Revisions["stable"])
+}
+
+func TestThePoliciesThatChangeMeaningInAmbientAreGatheredWithWhatZtunnelCannotEnforce(t *testing.T) {
+	disc := &servedKinds{served: map[schema.GroupVersionResource]bool{peerAuthenticationsResource: true, authorizationPoliciesResource: true}}
+	c, _ := newCompatCaches(t, disc, time.Hour)
+	got := gatherShop(t, c)
+	assert.Equal(t, []canary.PeerAuthentication{
+		{Namespace: "istio-system", Name: "mesh", Mode: "STRICT", MeshWide: true},
+		{Namespace: "shop", Name: "legacy", MatchLabels: map[string]string{"app": "legacy"}, Mode: "PERMISSIVE", DisabledPorts: []string{"9000"}},
+	}, got.PeerAuthentications)
+	assert.Equal(t, []canary.AuthorizationPolicy{
+		{Namespace: "shop", Name: "at-waypoint", TargetRefs: true, L7: []string{"to.operation.methods"}},
+		{Namespace: "shop", Name: "paths", MatchLabels: map[string]string{"app": "cart"}, L7: []string{"to.operation.paths"}},
+	}, got.AuthorizationPolicies)
+	assert.Empty(t, got.Unread)
+}
+
+func TestPoliciesWhoseKindDiscoveryCannotAnswerForAreUnread(t *testing.T) {
+	disc := &servedKinds{served: map[schema.GroupVersionResource]bool{}, broken: map[string]error{"security.istio.io/v1": errors.New("the server is currently unable to handle the request")}}
+	c, _ := newCompatCaches(t, disc, time.Hour)
+	got := gatherShop(t, c)
+	assert.Equal(t, []string{
+		"peerauthentications: the server is currently unable to handle the request",
+		"authorizationpolicies: the server is currently unable to handle the request",
+	}, got.Unread)
 }

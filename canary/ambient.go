@@ -180,7 +180,10 @@ func hboneNotDone(snap *Snapshot, target string) string {
 
 // ambientPrecheck says why a move to ambient may not start, or "".
 func ambientPrecheck(m *machine) string {
-	return hboneNotDone(m.snap(), m.st.TargetRevision)
+	if why := hboneNotDone(m.snap(), m.st.TargetRevision); why != "" {
+		return why
+	}
+	return policyBlocks(m.snap().Compat, m.ns, plannedWorkloads(m, m.plan()))
 }
 
 // enrolNamespace, on a completed move to ambient, labels the namespace

@@ -190,3 +190,73 @@ func TestALostStatusMidAmbientWaveIsAdoptedWithoutASecondRestart(t *testing.T) {
 	assert.Equal(t, map[string]int{"a": 1, "b": 1, "c": 1}, s.patches, "no workload restarted twice")
 	assert.True(t, s.status.NamespaceEnrolled)
 }
+
+func TestL7FeaturesNameWhatZtunnelCannotEnforce(t *testing.T) {
+	policy := func(spec string) map[string]any {
+		var obj map[string]any
+		require.NoError(t, json.Unmarshal([]byte(`{"spec":`+spec+`}`), &obj))
+		return obj
+	}
+	assert.Empty(t, L7Features(policy(`{"action":"ALLOW","rules":[{"from":[{"source":{"principals":["cluster.local/ns/a/sa/b"],"namespaces":["a"]}}],"to":[{"operation":{"ports":["8080"]}}],"when":[{"key":"source.ip","values":["10.0.0.0/8"]}]}]}`)))
+	assert.Equal(t, []string{"from.source.notRequestPrincipals", "to.operation.methods", "to.operation.paths", "when request.headers[x-user]"},
+		L7Features(policy(`{"rules":[{"to":[{"operation":{"methods":["GET"],"paths":["/a"]}}]},{"from":[{"source":{"notRequestPrincipals":["*"]}}],"when":[{"key":"request.headers[x-user]","values":["a"]}]},{"to":[{"operation":{"methods":["POST"]}}]}]}`)))
+	assert.Equal(t, []string{"action CUSTOM"}, L7Features(policy(`{"action":"CUSTOM","provider":{"name":"ext"}}`)))
+}
+
+func TestPoliciesThatChangeMeaningInAmbientBlockTheMoveByName(t *testing.T) {
+	tests := []struct {
+		name   string
+		compat Compat
+		reason string
+	}{
+		{"a selector AuthorizationPolicy with L7 rules", Compat{AuthorizationPolicies: []AuthorizationPolicy{{Namespace: "shop", Name: "paths", MatchLabels: map[string]string{"app": "a"}, L7: []string{"to.operation.paths"}}}},
+			"AuthorizationPolicy shop/paths selects workloads by spec.selector and holds what ztunnel cannot enforce (to.operation.paths): once the pods leave their sidecar, ztunnel denies all their traffic (an ALLOW) or none of it (a DENY); move it to targetRefs on a waypoint first"},
+		{"a namespace-wide one", Compat{AuthorizationPolicies: []AuthorizationPolicy{{Namespace: "shop", Name: "all", L7: []string{"action CUSTOM"}}}},
+			"AuthorizationPolicy shop/all applies to the whole namespace and holds what ztunnel cannot enforce (action CUSTOM)"},
+		{"a mesh-wide one", Compat{AuthorizationPolicies: []AuthorizationPolicy{{Namespace: "istio-system", Name: "mesh", MeshWide: true, L7: []string{"to.operation.methods"}}}},
+			"AuthorizationPolicy istio-system/mesh applies to the whole mesh"},
+		{"a PeerAuthentication DISABLE of the namespace", Compat{PeerAuthentications: []PeerAuthentication{{Namespace: "shop", Name: "plain", Mode: "DISABLE"}}},
+			"PeerAuthentication shop/plain sets mTLS mode DISABLE: ambient always uses mTLS between mesh workloads, and ignores it; remove it, or set PERMISSIVE"},
+		{"a PeerAuthentication DISABLE on a port of a workload", Compat{PeerAuthentications: []PeerAuthentication{{Namespace: "shop", Name: "port", MatchLabels: map[string]string{"app": "a"}, DisabledPorts: []string{"9000"}}}},
+			"PeerAuthentication shop/port sets mTLS mode DISABLE on port 9000"},
+		{"a mesh-wide PeerAuthentication DISABLE", Compat{PeerAuthentications: []PeerAuthentication{{Namespace: "istio-system", Name: "mesh", Mode: "DISABLE", MeshWide: true}}},
+			"PeerAuthentication istio-system/mesh sets mTLS mode DISABLE"},
+		{"policies that cannot be read", Compat{Unread: []string{"authorizationpolicies: not read yet"}},
+			"cannot read authorizationpolicies: not read yet"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := ambientSim(t, deploy("a"), deploy("b"))
+			s.snap.Compat = tt.compat
+			d := s.decide(nil)
+			require.NotNil(t, d.Status)
+			assert.Equal(t, PhaseBlocked, d.Status.Phase)
+			assert.Equal(t, BlockedPrecheck, d.Status.BlockedKind)
+			assert.Contains(t, d.Status.Reason, tt.reason)
+			assert.Empty(t, d.Moves, "nothing is written before the first wave")
+			assert.Empty(t, d.Label)
+		})
+	}
+	t.Run("what ztunnel can enforce, targetRefs, another workload's selector or PERMISSIVE do not block", func(t *testing.T) {
+		s := ambientSim(t, deploy("a"), deploy("b"))
+		s.snap.Compat = Compat{
+			AuthorizationPolicies: []AuthorizationPolicy{
+				{Namespace: "shop", Name: "l4", MatchLabels: map[string]string{"app": "a"}},
+				{Namespace: "shop", Name: "waypoint", TargetRefs: true, L7: []string{"to.operation.paths"}},
+				{Namespace: "shop", Name: "other", MatchLabels: map[string]string{"app": "elsewhere"}, L7: []string{"to.operation.paths"}},
+				{Namespace: "other", Name: "other-ns", L7: []string{"to.operation.paths"}},
+			},
+			PeerAuthentications: []PeerAuthentication{{Namespace: "shop", Name: "permissive", Mode: "PERMISSIVE"}, {Namespace: "other", Name: "off", Mode: "DISABLE"}},
+		}
+		d := s.decide(nil)
+		require.NotNil(t, d.Status)
+		assert.Equal(t, PhaseMigrating, d.Status.Phase, d.Status.Reason)
+	})
+	t.Run("a sidecar migration is not held by them", func(t *testing.T) {
+		s := newSim(t, deploy("a"))
+		s.snap.Compat = Compat{PeerAuthentications: []PeerAuthentication{{Namespace: "shop", Name: "plain", Mode: "DISABLE"}}}
+		d := s.decide(nil)
+		require.NotNil(t, d.Status)
+		assert.Equal(t, PhaseMigrating, d.Status.Phase, d.Status.Reason)
+	})
+}

@@ -22,6 +22,13 @@ type Compat struct {
 	Telemetries []Telemetry
 	// SailIstios are the Sail Operator's Istio resources (cluster-scoped).
 	SailIstios []SailIstio
+	// PeerAuthentications and AuthorizationPolicies are the namespace's
+	// and the root namespace's, for the move to ambient's precheck.
+	PeerAuthentications   []PeerAuthentication
+	AuthorizationPolicies []AuthorizationPolicy
+	// Unread names the security kinds that could not be read, and why:
+	// the move to ambient waits for them.
+	Unread []string
 }
 
 // EnvoyFilter is the part of a networking.istio.io EnvoyFilter the

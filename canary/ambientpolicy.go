@@ -1,0 +1,131 @@
+package canary
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// PeerAuthentication is the part of a security.istio.io PeerAuthentication
+// the move to ambient's precheck reads.
+type PeerAuthentication struct {
+	Namespace, Name string
+	// MatchLabels is spec.selector.matchLabels; empty applies to the whole
+	// namespace (or the mesh, in the root namespace).
+	MatchLabels map[string]string
+	// Mode is spec.mtls.mode; DisabledPorts the ports of spec.portLevelMtls
+	// whose mode is DISABLE.
+	Mode          string
+	DisabledPorts []string
+	// MeshWide is true for one in the root namespace with no selector: it
+	// applies to every namespace.
+	MeshWide bool
+}
+
+// AuthorizationPolicy is the part of a security.istio.io
+// AuthorizationPolicy the move to ambient's precheck reads.
+type AuthorizationPolicy struct {
+	Namespace, Name string
+	// MatchLabels is spec.selector.matchLabels; empty with no TargetRefs
+	// applies to the whole namespace.
+	MatchLabels map[string]string
+	// TargetRefs is true when it binds to a waypoint or a gateway
+	// (spec.targetRef or spec.targetRefs): ztunnel leaves it alone.
+	TargetRefs bool
+	// L7 names what ztunnel cannot enforce in it (L7Features).
+	L7 []string
+	// MeshWide is true for one in the root namespace with no selector.
+	MeshWide bool
+}
+
+// L7Features names what of an AuthorizationPolicy (its object as plain
+// data, as the apiserver serves it) ztunnel cannot enforce, as istiod's
+// ambient conversion flags it (pilot/pkg/serviceregistry/ambient/
+// authorization.go, handleRule; docs/ambient-facts.md §6): the CUSTOM and
+// AUDIT actions; hosts, methods, paths, requestPrincipals and
+// remoteIpBlocks (and their not* forms); and any when key other than
+// source.ip, source.namespace, source.principal, destination.ip and
+// destination.port. Sorted, each once.
+func L7Features(obj map[string]any) []string {
+	spec, _ := obj["spec"].(map[string]any)
+	var out []string
+	if a, _ := spec["action"].(string); a == "CUSTOM" || a == "AUDIT" {
+		out = append(out, "action "+a)
+	}
+	rules, _ := spec["rules"].([]any)
+	for _, r := range rules {
+		rule, _ := r.(map[string]any)
+		for _, part := range []struct{ list, field string }{{"to", "operation"}, {"from", "source"}} {
+			items, _ := rule[part.list].([]any)
+			for _, it := range items {
+				m, _ := it.(map[string]any)
+				fields, _ := m[part.field].(map[string]any)
+				for k := range fields {
+					base := strings.TrimPrefix(k, "not")
+					base = strings.ToLower(base[:1]) + base[1:]
+					switch base {
+					case "hosts", "methods", "paths", "requestPrincipals", "remoteIpBlocks":
+						out = append(out, part.list+"."+part.field+"."+k)
+					}
+				}
+			}
+		}
+		conds, _ := rule["when"].([]any)
+		for _, c := range conds {
+			m, _ := c.(map[string]any)
+			key, _ := m["key"].(string)
+			switch key {
+			case "source.ip", "source.namespace", "source.principal", "destination.ip", "destination.port":
+			default:
+				out = append(out, "when "+key)
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// policyBlocks says why the policies of the namespace keep its workloads
+// from leaving their sidecars, or "":
+//   - a PeerAuthentication with mode DISABLE that applies to them (Istio's
+//     guide lists it as a blocker: ambient always uses mTLS between mesh
+//     workloads, and the policy would be silently ignored);
+//   - an AuthorizationPolicy that ztunnel would enforce for them (by
+//     selector, or namespace-wide, not bound with targetRefs) that holds
+//     rules ztunnel cannot enforce: an ALLOW made only of such rules
+//     becomes deny-all, a DENY made only of them does nothing. It must
+//     move to targetRefs on a waypoint first; meshwave never deletes it.
+//
+// A kind that could not be read (Compat.Unread) blocks too: missing data
+// never lets a move to ambient start.
+func policyBlocks(c Compat, ns string, moved []Workload) string {
+	var out []string
+	for _, u := range c.Unread {
+		out = append(out, "cannot read "+u)
+	}
+	for _, pa := range c.PeerAuthentications {
+		if !pa.MeshWide && (pa.Namespace != ns || !selectsAny(pa.MatchLabels, moved)) {
+			continue
+		}
+		switch {
+		case pa.Mode == "DISABLE":
+			out = append(out, fmt.Sprintf("PeerAuthentication %s/%s sets mTLS mode DISABLE: ambient always uses mTLS between mesh workloads, and ignores it; remove it, or set PERMISSIVE", pa.Namespace, pa.Name))
+		case len(pa.DisabledPorts) > 0:
+			out = append(out, fmt.Sprintf("PeerAuthentication %s/%s sets mTLS mode DISABLE on port %s: ambient always uses mTLS between mesh workloads, and ignores it; remove it, or set PERMISSIVE", pa.Namespace, pa.Name, strings.Join(pa.DisabledPorts, ", ")))
+		}
+	}
+	for _, ap := range c.AuthorizationPolicies {
+		if ap.TargetRefs || len(ap.L7) == 0 || !ap.MeshWide && (ap.Namespace != ns || !selectsAny(ap.MatchLabels, moved)) {
+			continue
+		}
+		how := "selects workloads by spec.selector"
+		switch {
+		case ap.MeshWide:
+			how = "applies to the whole mesh"
+		case len(ap.MatchLabels) == 0:
+			how = "applies to the whole namespace"
+		}
+		out = append(out, fmt.Sprintf("AuthorizationPolicy %s/%s %s and holds what ztunnel cannot enforce (%s): once the pods leave their sidecar, ztunnel denies all their traffic (an ALLOW) or none of it (a DENY); move it to targetRefs on a waypoint first", ap.Namespace, ap.Name, how, strings.Join(ap.L7, ", ")))
+	}
+	return strings.Join(out, "; ")
+}
