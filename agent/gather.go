@@ -410,6 +410,19 @@ func (c *Caches) mesh(rootNamespace string) (canary.Mesh, error) {
 		}
 		m.Revisions[rev.Name] = rev
 	}
+	ztunnels, err := c.Pods.In(rootNamespace).List(labels.SelectorFromSet(labels.Set{"app": "ztunnel"}))
+	if err != nil {
+		return m, err
+	}
+	for _, p := range ztunnels {
+		if p.DeletionTimestamp != nil || p.Node == "" {
+			continue
+		}
+		if m.Ztunnels == nil {
+			m.Ztunnels = map[string]bool{}
+		}
+		m.Ztunnels[p.Node] = m.Ztunnels[p.Node] || p.Ready && p.Phase == corev1.PodRunning
+	}
 	for name, rev := range m.Revisions {
 		if rev.ProxyVersion == "" {
 			if v := canary.VersionFromRevision(name); v != "" {

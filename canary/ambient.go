@@ -183,7 +183,34 @@ func ambientPrecheck(m *machine) string {
 	if why := hboneNotDone(m.snap(), m.st.TargetRevision); why != "" {
 		return why
 	}
+	if why := noZtunnel(m.snap()); why != "" {
+		return why
+	}
 	return policyBlocks(m.snap().Compat, m.ns, plannedWorkloads(m, m.plan()))
+}
+
+// noZtunnel says which nodes running a pod of the namespace have no Ready
+// ztunnel: a pod moved there would not be in the mesh. "" when each has
+// one.
+func noZtunnel(snap *Snapshot) string {
+	missing := map[string]string{}
+	for _, w := range snap.Workloads {
+		for _, p := range w.Pods {
+			if !p.Terminating && p.Node != "" && !snap.Mesh.Ztunnels[p.Node] {
+				if _, seen := missing[p.Node]; !seen {
+					missing[p.Node] = p.Name
+				}
+			}
+		}
+	}
+	if len(missing) == 0 {
+		return ""
+	}
+	var out []string
+	for _, node := range slices.Sorted(maps.Keys(missing)) {
+		out = append(out, fmt.Sprintf("node %s (pod %s)", node, missing[node]))
+	}
+	return fmt.Sprintf("no Ready ztunnel runs on %s: install Istio's ztunnel DaemonSet (pods app=ztunnel in the root namespace) on every node of the namespace's pods first", strings.Join(bounded(out, 5), ", "))
 }
 
 // enrolNamespace, on a completed move to ambient, labels the namespace

@@ -260,3 +260,24 @@ func TestPoliciesThatChangeMeaningInAmbientBlockTheMoveByName(t *testing.T) {
 		assert.Equal(t, PhaseMigrating, d.Status.Phase, d.Status.Reason)
 	})
 }
+
+func TestAMoveToAmbientWaitsForAReadyZtunnelOnEveryNodeOfItsPods(t *testing.T) {
+	s := ambientSim(t, deploy("a"), deploy("b"))
+	for i := range s.snap.Workloads {
+		for j := range s.snap.Workloads[i].Pods {
+			s.snap.Workloads[i].Pods[j].Node = []string{"n1", "n2"}[j]
+		}
+	}
+	s.snap.Mesh.Ztunnels = map[string]bool{"n1": true, "n2": false}
+	d := s.decide(nil)
+	require.NotNil(t, d.Status)
+	assert.Equal(t, PhaseBlocked, d.Status.Phase)
+	assert.Equal(t, "precheck failed: no Ready ztunnel runs on node n2 (pod a-abc-1): install Istio's ztunnel DaemonSet (pods app=ztunnel in the root namespace) on every node of the namespace's pods first", d.Status.Reason)
+	assert.Empty(t, d.Moves)
+
+	s.snap.Mesh.Ztunnels["n2"] = true
+	s.now = s.now.Add(time.Minute)
+	d = s.decide(nil)
+	require.NotNil(t, d.Status)
+	assert.Equal(t, PhaseMigrating, d.Status.Phase, d.Status.Reason)
+}

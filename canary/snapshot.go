@@ -151,6 +151,9 @@ type Mesh struct {
 	Revisions map[string]Revision
 	// Tags maps each revision tag to the revision it points at.
 	Tags map[string]string
+	// Ztunnels says, for each node a ztunnel pod (app=ztunnel in the root
+	// namespace) is scheduled on, whether one of them is Ready there.
+	Ztunnels map[string]bool
 }
 
 // Revision is one installed control-plane revision.
