@@ -148,6 +148,9 @@ func (c *Controller) writeNamespace(ctx context.Context, ns *corev1.Namespace, p
 		}
 		return fmt.Errorf("write namespace %s: %w", ns.Name, err)
 	}
+	if d.Status != nil && canary.TakesSlot(prev, d.Status) {
+		c.markStarted(ns.Name, updated.ResourceVersion)
+	}
 	if fenceOnly {
 		return nil
 	}

@@ -86,7 +86,7 @@ type Controller struct {
 	// starting holds namespaces this process started whose new phase the
 	// cache may not show yet.
 	startMu  sync.Mutex
-	starting map[string]time.Time
+	starting map[string]startMark
 	expect   *expectations
 	refusals refusals
 	// progress holds what the wave under test learnt that is not written.
@@ -116,7 +116,7 @@ func New(opts Options) (*Controller, error) {
 		clock:    opts.Clock,
 		recorder: opts.Recorder,
 		identity: opts.Identity,
-		starting: map[string]time.Time{},
+		starting: map[string]startMark{},
 		expect:   newExpectations(),
 	}
 	if opts.Metadata != nil {
@@ -439,6 +439,9 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	if d.RequeueAfter > 0 {
 		c.queue.AddAfter(key, d.RequeueAfter)
 	}
+	if !admission.heldUntil.IsZero() {
+		c.queue.AddAfter(key, admission.heldUntil.Sub(now)+time.Millisecond)
+	}
 	return nil
 }
 
@@ -459,6 +462,12 @@ type admission struct {
 	// err is why the peers could not be read; the decision made without
 	// them must not be carried out.
 	err error
+	// heldUntil, when set, is when the first start this process made that
+	// the peers were counted as holding a slot for (withStarting) stops
+	// counting: a namespace that waited for it looks again then, since no
+	// change in the cluster comes to say so (a migration that started and
+	// ended before the cache showed it under way).
+	heldUntil time.Time
 }
 
 func (a *admission) peers() []canary.Peer {
@@ -471,7 +480,8 @@ func (a *admission) peers() []canary.Peer {
 		a.err = err
 		return nil
 	}
-	return a.c.withStarting(peers)
+	peers, a.heldUntil = a.c.withStarting(peers)
+	return peers
 }
 
 // done releases the admission lock, if the decision took it.
@@ -483,24 +493,35 @@ func (a *admission) done() {
 }
 
 // withStarting counts the namespaces this process just started as
-// migrating until the cache catches up.
-func (c *Controller) withStarting(peers []canary.Peer) []canary.Peer {
+// migrating until the cache catches up, for at most startingHold. It
+// returns when the first of those it counted stops counting (zero when
+// none).
+func (c *Controller) withStarting(peers []canary.Peer) ([]canary.Peer, time.Time) {
 	c.startMu.Lock()
 	defer c.startMu.Unlock()
 	now := c.clock.Now()
+	var until time.Time
 	for i, p := range peers {
-		at, ok := c.starting[p.Name]
+		mark, ok := c.starting[p.Name]
 		if !ok {
 			continue
 		}
-		if p.HoldsSlot || now.Sub(at) > time.Minute {
+		at := mark.at
+		if p.HoldsSlot || now.Sub(at) > startingHold || c.showsWrite(p.Name, mark.resourceVersion) {
 			delete(c.starting, p.Name)
 			continue
 		}
 		peers[i].Phase, peers[i].HoldsSlot = canary.PhaseMigrating, true
+		if end := at.Add(startingHold); until.IsZero() || end.Before(until) {
+			until = end
+		}
 	}
-	return peers
+	return peers, until
 }
+
+// startingHold bounds how long a start this process made counts as
+// holding a slot while the cache does not show it.
+const startingHold = time.Minute
 
 // cachedWorkload returns a workload's resourceVersion and move record in
 // the cache, by ID, and whether it exists there.
@@ -578,10 +599,43 @@ func (r *refusals) take(ns string) map[string]string {
 	return out
 }
 
+// startMark is a start this process made: when, and the resourceVersion
+// its write returned ("" until it returned).
+type startMark struct {
+	at              time.Time
+	resourceVersion string
+}
+
 func (c *Controller) markStarting(ns string) {
 	c.startMu.Lock()
 	defer c.startMu.Unlock()
-	c.starting[ns] = c.clock.Now()
+	c.starting[ns] = startMark{at: c.clock.Now()}
+}
+
+// markStarted records the resourceVersion the start's write returned:
+// once the cache holds the namespace at it or later, what the cache says
+// of it is the truth, whatever phase that is (a migration that started
+// and ended before the cache showed it under way).
+func (c *Controller) markStarted(ns, resourceVersion string) {
+	c.startMu.Lock()
+	defer c.startMu.Unlock()
+	if m, ok := c.starting[ns]; ok {
+		m.resourceVersion = resourceVersion
+		c.starting[ns] = m
+	}
+}
+
+// showsWrite reports whether the namespace cache holds ns at
+// resourceVersion or later.
+func (c *Controller) showsWrite(ns, resourceVersion string) bool {
+	if resourceVersion == "" {
+		return false
+	}
+	cached, err := c.caches.Namespaces.Get(ns)
+	if err != nil {
+		return false
+	}
+	return caughtUp(&written{resourceVersion: resourceVersion}, cached.ResourceVersion, func() bool { return false })
 }
 
 // unmarkStarting forgets a start whose write did not land.

@@ -281,3 +281,43 @@ func TestAMoveToAmbientWaitsForAReadyZtunnelOnEveryNodeOfItsPods(t *testing.T) {
 	require.NotNil(t, d.Status)
 	assert.Equal(t, PhaseMigrating, d.Status.Phase, d.Status.Reason)
 }
+
+func TestAMoveToAmbientWhoseFirstRestartsWereLostStartsAgainNotTheSidecarStep(t *testing.T) {
+	s := newSim(t, deploy("a"), deploy("b"))
+	s.snap.Namespace.Annotations[AnnotationTargetMode] = "ambient"
+	s.playUntil(PhaseCompleted)
+	s.now = s.now.Add(time.Minute)
+	d := s.decide(nil)
+	require.Equal(t, ModeAmbient, d.Status.Mode)
+	require.Equal(t, 1, d.Status.Wave)
+	// The agent stopped between the status and the restarts: the status
+	// is of the move to ambient, the only records are the sidecar step's.
+	for i := range s.snap.Workloads {
+		w := &s.snap.Workloads[i]
+		r, _ := ReadMoveRecord(w.Annotations)
+		if r.Mode == ModeAmbient {
+			delete(w.Annotations, AnnotationMove)
+			delete(w.TemplateAnnotations, AnnotationRestartedAt)
+			onRevision("1-26")(w)
+			w.TemplateLabels = map[string]string{"app": w.Name}
+		}
+	}
+	s.now = s.now.Add(time.Second)
+	d = s.decide(nil)
+	assert.NotContains(t, reasonsOf(d.Events), "StatusAdopted")
+	require.Len(t, d.Moves, 1, "the wave's restart is sent again")
+	assert.Equal(t, ModeAmbient, d.Moves[0].Record.Mode)
+	assert.False(t, d.Moves[0].RecordOnly)
+	inject, mode := "false", "ambient"
+	assert.Equal(t, map[string]*string{LabelInject: &inject, LabelDataplaneMode: &mode}, templateLabelsOf(t, d.Moves[0]))
+}
+
+func TestAStatusEditedToAnotherModeIsRebuiltFromTheRecords(t *testing.T) {
+	s := ambientSim(t, deploy("a"), deploy("b"), deploy("c"))
+	s.playUntil(PhaseMigrating)
+	s.editStatus(func(m map[string]any) { delete(m, "mode") })
+	d := s.decide(nil)
+	require.NotNil(t, d.Status)
+	assert.Equal(t, ModeAmbient, d.Status.Mode)
+	assert.Contains(t, d.Status.Reason, "moving to ambient (1-26), which the status says moves to 1-26")
+}

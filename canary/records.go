@@ -126,6 +126,8 @@ func recordConflict(set workloadSet, st *Status, rev string, keeps bool) (migrat
 	own := slices.ContainsFunc(ms, func(m migrationOnRecord) bool { return m.ID == st.MigrationID() })
 	for _, m := range ms {
 		switch {
+		case m.ID == st.MigrationID() && len(m.Forward)+len(m.Back) > 0 && m.Mode != st.Mode:
+			return m, fmt.Sprintf("the move records show migration %s moving to %s, which the status says moves to %s", m.ID, Place{Revision: st.TargetRevision, Ambient: m.Mode == ModeAmbient}, st.targetPlace())
 		case m.ID == st.MigrationID():
 			m = m.current(st.RetriedAt)
 			if st.Phase == PhaseRolledBack {
@@ -140,7 +142,9 @@ func recordConflict(set workloadSet, st *Status, rev string, keeps bool) (migrat
 			}
 		case m.StartedAt.After(*st.StartedAt):
 			return m, fmt.Sprintf("the move records show migration %s, newer than the status's %s", m.ID, st.MigrationID())
-		case len(m.Forward) > 0 && !own:
+		case len(m.Forward) > 0 && !own && m.Mode == st.Mode:
+			// (A move to ambient starts fresh after the sidecar step to
+			// the same revision, whose records it never adopts.)
 			return m, fmt.Sprintf("the move records show moves of migration %s, which the status's %s does not know", m.ID, st.MigrationID())
 		}
 	}
