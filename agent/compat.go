@@ -307,6 +307,8 @@ func slimCompat(gvr schema.GroupVersionResource) cache.TransformFunc {
 func (cc *compatCaches) gather(ns, rootNamespace string) canary.Compat {
 	var out canary.Compat
 	if cc == nil {
+		// Not watched at all: nothing can be said of the policies.
+		out.Unread = []string{"peerauthentications and authorizationpolicies: the agent has no dynamic client to watch them"}
 		return out
 	}
 	namespaces := []string{ns}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +12,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -31,7 +35,7 @@ func TestANamespaceMovesFromSidecarsToAmbientInWaves(t *testing.T) {
 	zs := installZtunnel(f, "1-26")
 	cfg := testConfig(f)
 	counter := newAPICounter()
-	startAgent(t, f, cfg, counter, "agent-ambient")
+	startAgentWithOptions(t, f, cfg, counter, "agent-ambient", withDynamic(f))
 
 	t.Run("Deployments, a StatefulSet and a DaemonSet leave their sidecars wave by wave, the sidecars moved onto the ambient revision first", func(t *testing.T) {
 		f := f.For(t)
@@ -162,6 +166,78 @@ func TestANamespaceMovesFromSidecarsToAmbientInWaves(t *testing.T) {
 		f.Then().PodsOnRevision(ns, "b", "1-26")
 		assert.Equal(t, 2, counter.get("PATCH deployments "+ns+"/a"), "into ambient, and back")
 		assert.Zero(t, counter.get("PATCH deployments "+ns+"/b"), "the later wave never started")
+	})
+
+	ambientPolicyAndLostStatus(t, f, counter)
+}
+
+// ambientPolicyAndLostStatus runs in the world of the move above, in
+// namespaces of their own: the policy prechecks, and a lost status.
+func ambientPolicyAndLostStatus(t *testing.T, f *fixture.Fixture, counter *apiCounter) {
+	dyn, err := dynamic.NewForConfig(f.World.Cluster.Config)
+	require.NoError(t, err)
+	mode := "ambient"
+
+	t.Run("a selector AuthorizationPolicy with L7 rules and a PeerAuthentication DISABLE block the move by name, before anything is written", func(t *testing.T) {
+		f := f.For(t)
+		const ns = "amb-policy"
+		f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-26"}, nil).Deployment(ns, "a", fixture.Replicas(1)).RolledOut(ns)
+		aps := dyn.Resource(schema.GroupVersionResource{Group: "security.istio.io", Version: "v1", Resource: "authorizationpolicies"}).Namespace(ns)
+		pas := dyn.Resource(schema.GroupVersionResource{Group: "security.istio.io", Version: "v1", Resource: "peerauthentications"}).Namespace(ns)
+		_, err := aps.Create(f.Ctx, &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "security.istio.io/v1", "kind": "AuthorizationPolicy",
+			"metadata": map[string]any{"name": "admin-paths", "namespace": ns},
+			"spec": map[string]any{"selector": map[string]any{"matchLabels": map[string]any{"app": "a"}},
+				"rules": []any{map[string]any{"to": []any{map[string]any{"operation": map[string]any{"paths": []any{"/admin"}}}}}}},
+		}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		_, err = pas.Create(f.Ctx, &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "security.istio.io/v1", "kind": "PeerAuthentication",
+			"metadata": map[string]any{"name": "plaintext", "namespace": ns},
+			"spec":     map[string]any{"mtls": map[string]any{"mode": "DISABLE"}},
+		}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		f.When().AnnotateNamespace(ns, canary.AnnotationTargetMode, &mode)
+		optIn(f, ns, "1-26", 30)
+		st := waitForPhase(f, ns, canary.PhaseBlocked, time.Minute)
+		assert.Equal(t, canary.BlockedPrecheck, st.BlockedKind)
+		assert.Equal(t, "precheck failed: PeerAuthentication amb-policy/plaintext sets mTLS mode DISABLE: ambient always uses mTLS between mesh workloads, and ignores it; remove it, or set PERMISSIVE; "+
+			"AuthorizationPolicy amb-policy/admin-paths selects workloads by spec.selector and holds what ztunnel cannot enforce (to.operation.paths): once the pods leave their sidecar, ztunnel denies all their traffic (an ALLOW) or none of it (a DENY); move it to targetRefs on a waypoint first", st.Reason)
+		assert.Zero(t, counter.get("PATCH deployments "+ns+"/a"), "nothing is written before the first wave")
+		assert.Contains(t, strings.Join(eventsFor(f, "Namespace", ns, ns), "\n"), "amb-policy/admin-paths")
+
+		// The policies moved away (to a waypoint's targetRefs, say), the move goes on.
+		require.NoError(t, aps.Delete(f.Ctx, "admin-paths", metav1.DeleteOptions{}))
+		require.NoError(t, pas.Delete(f.Ctx, "plaintext", metav1.DeleteOptions{}))
+		st = waitForPhase(f, ns, canary.PhaseCompleted, 2*time.Minute)
+		assert.Equal(t, canary.ModeAmbient, st.Mode)
+		assert.Equal(t, 1, counter.get("PATCH deployments "+ns+"/a"))
+	})
+
+	t.Run("a status lost mid-wave is rebuilt from the records, and no workload is restarted twice", func(t *testing.T) {
+		f := f.For(t)
+		const ns = "amb-lost"
+		f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-26"}, nil).
+			Deployment(ns, "a", fixture.Replicas(1)).Deployment(ns, "b", fixture.Replicas(1)).Deployment(ns, "c", fixture.Replicas(1)).RolledOut(ns)
+		release := holdNew(f, ns, "a")
+		f.When().AnnotateNamespace(ns, canary.AnnotationTargetMode, &mode)
+		optIn(f, ns, "1-26", 40)
+		f.EventuallyWithin("a's move to ambient", time.Minute, func() (bool, string) {
+			r, ok := moveRecord(f, ns, "a")
+			return ok && r.Mode == canary.ModeAmbient && r.Wave == 1, fmt.Sprint(r)
+		})
+		f.When().AnnotateNamespace(ns, canary.AnnotationStatus, nil)
+		f.EventuallyWithin("the status rebuilt from the records", time.Minute, func() (bool, string) {
+			st := status(f, ns)
+			return st != nil && st.Mode == canary.ModeAmbient && st.Wave == 1 && strings.HasPrefix(st.Reason, "adopted from"), fmt.Sprint(st)
+		})
+		release()
+		st := waitForPhase(f, ns, canary.PhaseCompleted, 2*time.Minute)
+		assert.Equal(t, canary.ModeAmbient, st.Mode)
+		assert.True(t, st.NamespaceEnrolled)
+		for _, w := range []string{"a", "b", "c"} {
+			assert.Equal(t, 1, counter.get("PATCH deployments "+ns+"/"+w), w)
+		}
 	})
 }
 
