@@ -6,7 +6,9 @@ import (
 	"time"
 
 	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
+	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/meshwave/meshwave/canary"
 )
@@ -128,4 +130,18 @@ func TestTheSyncGateOfAWaveIntoAmbientAsksAboutTheZtunnelOfEachNewPodsNode(t *te
 			assert.Equal(t, tt.failed, v.Failed)
 		})
 	}
+}
+
+func TestTheMetricChecksOfAWaveIntoAmbientAreInconclusiveWhateverTheSidecarSeriesSay(t *testing.T) {
+	// Healthy sidecar series of the workload (its old pods'): they say
+	// nothing of pods that run no sidecar.
+	prom := &fakeProm{vec: model.Vector{series("cart", "value", 0), series("cart", "requests", 600)}}
+	g, err := NewMetricGate(ErrorRateCheck(0.05, 0, 50), prom, time.Minute, 30*time.Second, time.Minute, 0)
+	require.NoError(t, err)
+	w := ambientWave(member("cart", ambientPod("cart-1", "n1", true)))
+	w.Analysis.ReadyAt = &t0
+	v := g.Evaluate(context.Background(), w, t0.Add(time.Minute))
+	assert.Equal(t, canary.ResultInconclusive, v.Result)
+	assert.Equal(t, "the wave's pods run in ambient mode, without a sidecar: the metric checks do not read ztunnel's or a waypoint's series yet, and the sidecar series say nothing of these pods", v.Reason)
+	assert.Empty(t, prom.queries, "nothing is asked that could pass it")
 }

@@ -354,6 +354,9 @@ func (g *MetricGate) Evaluate(ctx context.Context, wave canary.WaveUnderTest, no
 		v.Analysis = true
 		return v
 	}
+	if wave.Ambient {
+		return ambientTelemetry(g.Interval)
+	}
 	v := g.run(ctx, wave, now)
 	v.Analysis, v.Checked, v.RetryAfter = true, true, g.Interval
 	return v

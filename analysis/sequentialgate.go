@@ -102,6 +102,9 @@ func (g *SequentialGate) Evaluate(ctx context.Context, wave canary.WaveUnderTest
 		v.Analysis = true
 		return v
 	}
+	if wave.Ambient {
+		return ambientTelemetry(g.Step)
+	}
 	v := g.run(ctx, wave, now)
 	v.Analysis, v.Checked = true, true
 	if v.RetryAfter == 0 {
