@@ -118,6 +118,8 @@ func (c *Controller) writeNamespace(ctx context.Context, ns *corev1.Namespace, p
 		// loses its injection labels, in the write of the status that
 		// says so.
 		metadata["labels"] = map[string]any{canary.LabelDataplaneMode: canary.DataplaneAmbient, canary.LabelRev: nil, canary.LabelInjection: nil}
+	case d.UnenrolNamespace:
+		metadata["labels"] = map[string]any{canary.LabelRev: d.Label, canary.LabelDataplaneMode: nil}
 	case d.Label != "":
 		metadata["labels"] = map[string]string{canary.LabelRev: d.Label}
 	}

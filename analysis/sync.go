@@ -100,7 +100,7 @@ func (g SyncGate) Evaluate(ctx context.Context, wave canary.WaveUnderTest, now t
 // a proxy of the wave is missing from their answers, each Ready istiod of
 // the source revision once.
 func (g SyncGate) observe(ctx context.Context, wave canary.WaveUnderTest) SyncObservation {
-	obs := SyncObservation{Target: g.ask(ctx, g.Istiods(wave.TargetRevision), wave.Namespace)}
+	obs := SyncObservation{Target: g.ask(ctx, g.Istiods(wave.TargetRevision), g.proxiesNamespace(wave))}
 	if ns, err := g.Source.CallerNamespace(); err == nil {
 		obs.CallerNamespace = ns
 	}
@@ -110,7 +110,7 @@ func (g SyncGate) observe(ctx context.Context, wave canary.WaveUnderTest) SyncOb
 		answered = answered && a.Err == nil
 	}
 	if answered && len(mergeAnswers(obs.Target, want, nil)) < len(want) && wave.SourceRevision != "" && wave.SourceRevision != wave.TargetRevision {
-		obs.Source = g.ask(ctx, g.Istiods(wave.SourceRevision), wave.Namespace)
+		obs.Source = g.ask(ctx, g.Istiods(wave.SourceRevision), g.proxiesNamespace(wave))
 	}
 	return obs
 }
@@ -242,9 +242,9 @@ func (g SyncGate) judge(wave canary.WaveUnderTest, obs SyncObservation, now time
 		}
 	}
 	reason := tally + "; " + strings.Join(problems, "; ")
-	blind := len(missing) > 0 && g.cannotSee(wave.Namespace, obs)
+	blind := len(missing) > 0 && g.cannotSee(g.proxiesNamespace(wave), obs)
 	if blind {
-		reason += "; " + g.blindness(wave.Namespace, obs.CallerNamespace)
+		reason += "; " + g.blindness(g.proxiesNamespace(wave), obs.CallerNamespace)
 	}
 	if !timedOut {
 		return verdict(canary.ResultPending, reason, min(g.Interval, started.Add(g.Timeout).Sub(now)))

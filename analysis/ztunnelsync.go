@@ -40,6 +40,17 @@ func subscribedBy(wave canary.WaveUnderTest) []string {
 	return alwaysSubscribed
 }
 
+// proxiesNamespace is the namespace of the proxies the gate asks about:
+// the wave's own, or for a wave into ambient mode, the root namespace the
+// ztunnels run in (istiod lists them there, and shows a caller outside
+// the root namespace only its own namespace's).
+func (g SyncGate) proxiesNamespace(wave canary.WaveUnderTest) string {
+	if wave.Ambient {
+		return g.RootNamespace
+	}
+	return wave.Namespace
+}
+
 // wanted are the proxies the gate asks istiod about, by syncz id, with the
 // wave's workloads each serves, and the problems found without asking,
 // by workload. For a wave into ambient mode, they are the ztunnels of the

@@ -213,6 +213,17 @@ func noZtunnel(snap *Snapshot) string {
 	return fmt.Sprintf("no Ready ztunnel runs on %s: install Istio's ztunnel DaemonSet (pods app=ztunnel in the root namespace) on every node of the namespace's pods first", strings.Join(bounded(out, 5), ", "))
 }
 
+// carriesMove reports whether w's template holds what a move of st writes
+// besides its restart stamp: for a move to ambient, the two labels. A
+// restart without them (kubectl rollout restart, say) is not the wave's
+// move, whatever its time.
+func carriesMove(w Workload, st *Status) bool {
+	if st.Mode != ModeAmbient {
+		return true
+	}
+	return w.TemplateLabels[LabelInject] == "false" && w.TemplateLabels[LabelDataplaneMode] == DataplaneAmbient
+}
+
 // enrolNamespace, on a completed move to ambient, labels the namespace
 // istio.io/dataplane-mode=ambient and takes its injection labels off, as
 // Istio's guide leaves it, unless a workload of it still runs a sidecar
@@ -221,21 +232,39 @@ func noZtunnel(snap *Snapshot) string {
 // warning that names it.
 func enrolNamespace(m *machine) {
 	st := m.st
-	var held []string
+	var held, outside []string
 	for _, w := range m.snap().Workloads {
+		injected, out := false, false
 		for _, p := range w.Pods {
-			if !p.Terminating && p.Injected() {
-				held = append(held, describe(w.Name))
-				break
+			switch {
+			case p.Terminating:
+			case p.Injected():
+				injected = true
+			case !p.InAmbient() && p.Labels[LabelDataplaneMode] != "none":
+				out = true
 			}
+		}
+		if injected {
+			held = append(held, describe(w.Name))
+		}
+		if out {
+			outside = append(outside, describe(w.Name))
 		}
 	}
 	for _, u := range m.snap().Unmovable {
 		held = append(held, u.ID)
 	}
+	var why []string
 	if len(held) > 0 {
 		slices.Sort(held)
-		st.warn("namespace labels", fmt.Sprintf("the namespace keeps %s=%s and is not labelled %s=%s: %s still run a sidecar, which a recreated pod would lose", LabelRev, m.snap().Namespace.Labels[LabelRev], LabelDataplaneMode, DataplaneAmbient, strings.Join(bounded(held, 10), ", ")))
+		why = append(why, fmt.Sprintf("%s still run a sidecar, which a recreated pod would lose", strings.Join(bounded(held, 10), ", ")))
+	}
+	if len(outside) > 0 {
+		slices.Sort(outside)
+		why = append(why, fmt.Sprintf("%s run outside the mesh, and the namespace's label would enrol their pods at once; label their pod templates %s=none to keep them out", strings.Join(bounded(outside, 10), ", "), LabelDataplaneMode))
+	}
+	if len(why) > 0 {
+		st.warn("namespace labels", fmt.Sprintf("the namespace keeps %s=%s and is not labelled %s=%s: %s", LabelRev, m.snap().Namespace.Labels[LabelRev], LabelDataplaneMode, DataplaneAmbient, strings.Join(why, "; ")))
 		return
 	}
 	st.NamespaceEnrolled = true

@@ -35,6 +35,8 @@ type AuthorizationPolicy struct {
 	// L7 names what ztunnel cannot enforce in it (L7Features).
 	L7 []string
 	// MeshWide is true for one in the root namespace with no selector.
+	// One in the root namespace with a selector applies in every
+	// namespace to what it selects.
 	MeshWide bool
 }
 
@@ -62,6 +64,9 @@ func L7Features(obj map[string]any) []string {
 				fields, _ := m[part.field].(map[string]any)
 				for k := range fields {
 					base := strings.TrimPrefix(k, "not")
+					if base == "" {
+						continue
+					}
 					base = strings.ToLower(base[:1]) + base[1:]
 					switch base {
 					case "hosts", "methods", "paths", "requestPrincipals", "remoteIpBlocks":
@@ -115,7 +120,10 @@ func policyBlocks(c Compat, ns string, moved []Workload) string {
 		}
 	}
 	for _, ap := range c.AuthorizationPolicies {
-		if ap.TargetRefs || len(ap.L7) == 0 || !ap.MeshWide && (ap.Namespace != ns || !selectsAny(ap.MatchLabels, moved)) {
+		// One of another namespace is the root namespace's (Compat holds
+		// no other): it applies in every namespace, to what its selector
+		// matches, as istiod binds it for ztunnel too.
+		if ap.TargetRefs || len(ap.L7) == 0 || !selectsAny(ap.MatchLabels, moved) {
 			continue
 		}
 		how := "selects workloads by spec.selector"

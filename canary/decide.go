@@ -75,6 +75,10 @@ type Decision struct {
 	// and removes istio.io/rev and istio-injection, in the same write as
 	// the status: a move to ambient completed.
 	EnrolNamespace bool
+	// UnenrolNamespace removes istio.io/dataplane-mode from the namespace
+	// as Label is set: a rollback of a move to ambient that had enrolled
+	// it.
+	UnenrolNamespace bool
 	// Moves are the workload patches.
 	Moves []Move
 	// Evictions replace the pods of OnDelete members, one per workload at

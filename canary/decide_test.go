@@ -74,6 +74,9 @@ func (s *sim) apply(d Decision) {
 	if d.Label != "" {
 		s.snap.Namespace.Labels[LabelRev] = d.Label
 	}
+	if d.UnenrolNamespace {
+		delete(s.snap.Namespace.Labels, LabelDataplaneMode)
+	}
 	if d.EnrolNamespace {
 		s.snap.Namespace.Labels[LabelDataplaneMode] = DataplaneAmbient
 		delete(s.snap.Namespace.Labels, LabelRev)

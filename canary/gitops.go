@@ -373,6 +373,9 @@ func labelReverted(m *machine) bool {
 	if owned == "" || owned != st.ownedLabel() || current == owned {
 		return false
 	}
+	if st.Mode == ModeAmbient && m.snap().Namespace.Labels[LabelDataplaneMode] == DataplaneAmbient {
+		return false // enrolled by the move itself: it carries no istio.io/rev (ensureLabel)
+	}
 	ns := m.snap().Namespace
 	object := "Namespace/" + ns.Name
 	if r := st.revert(object); r != nil && r.Count >= labelRevertLimit {
@@ -473,7 +476,7 @@ func moveAgain(m *machine, w Workload) (issued, ok bool) {
 	if st.GatesSince == nil || !r.At.Before(*st.GatesSince) {
 		return false, true // reported; the pause waits for a person
 	}
-	rec := MoveRecord{Revision: st.TargetRevision, From: st.SourceRevision, SourceLabel: st.sourceLabelOnRecord(), Wave: st.Wave, At: m.now, Migration: st.MigrationID()}
+	rec := moveRecord(st, m.now)
 	addMove(m, w, rec, fmt.Sprintf("moving to %s in wave %d a second time: its first move was undone (reported at %s) and the namespace was resumed since",
 		st.TargetRevision, st.Wave, r.At.UTC().Format(time.RFC3339)))
 	return true, true

@@ -51,6 +51,10 @@ type MoveRecord struct {
 	// template was labelled out of the sidecars; rolling back, the labels
 	// were taken off again.
 	Mode Mode `json:"mode,omitempty"`
+	// PriorInject is the template's sidecar.istio.io/inject label before a
+	// move to ambient set it to "false": its rollback puts it back. Empty
+	// when the template had none.
+	PriorInject string `json:"priorInject,omitempty"`
 }
 
 // restartSecond is the restart stamp r accounts for: its Stamp, or the
@@ -152,6 +156,8 @@ func (r MoveRecord) valid() bool {
 	case r.Outcome != "" && (r.Rollback || (r.Outcome != OutcomeFailed && r.Outcome != OutcomeSkipped)):
 		return false
 	case r.Mode != ModeSidecar && r.Mode != ModeAmbient:
+		return false
+	case r.PriorInject != "" && (r.Mode != ModeAmbient || len(validation.IsValidLabelValue(r.PriorInject)) > 0):
 		return false
 	}
 	// A forward move goes to the migration's target; a rollback comes from it.

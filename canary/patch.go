@@ -122,6 +122,9 @@ func templateLabels(add map[string]string, record MoveRecord) map[string]*string
 		inject, mode := "false", DataplaneAmbient
 		if record.Rollback {
 			out[LabelInject], out[LabelDataplaneMode] = nil, nil
+			if prior := record.PriorInject; prior != "" {
+				out[LabelInject] = &prior
+			}
 		} else {
 			out[LabelInject], out[LabelDataplaneMode] = &inject, &mode
 		}

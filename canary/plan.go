@@ -236,6 +236,8 @@ func (plan *NamespacePlan) place(w parsedWorkload, target Place, migration strin
 		}
 	}
 	switch {
+	case target.Ambient && w.TemplateLabels[LabelDataplaneMode] == "none":
+		return exclude(LabelDataplaneMode + "=none on its pod template: it stays out of ambient")
 	case target.Ambient && live > 0 && onTarget == live:
 		return exclude("already in ambient")
 	case injected == 0:

@@ -91,7 +91,7 @@ func restartMember(m *machine, p parsedWorkload, t *restartPass) {
 	case moved:
 	case noControlPlane(m) != "":
 		t.held = true
-	case restartedSince(w, st.WaveStartedAt) && !recordSince(w, st.WaveStartedAt) && !explainsTemplateStamp(w):
+	case restartedSince(w, st.WaveStartedAt) && !recordSince(w, st.WaveStartedAt) && !explainsTemplateStamp(w) && carriesMove(w, st):
 		// Its record is gone, but its template shows a restart after the
 		// wave started, onto the label the wave set: the record is
 		// written back; the workload is not restarted again.
@@ -168,6 +168,11 @@ func withoutRestarts(events []Event) []Event {
 
 func addMove(m *machine, w Workload, rec MoveRecord, message string) {
 	rec = withStamp(w, rec)
+	if rec.Mode == ModeAmbient && !rec.Rollback {
+		if v := w.TemplateLabels[LabelInject]; v != "false" {
+			rec.PriorInject = v
+		}
+	}
 	patch := MovePatch(w, PersistedSettings(w, m.cfg.PersistAnnotations), rec)
 	m.out.Moves = append(m.out.Moves, Move{Workload: w.Name, Record: rec, Patch: patch})
 	m.event(w.Name, EventNormal, "Restarted", message)

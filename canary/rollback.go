@@ -13,6 +13,7 @@ func rollBack(scope RollbackScope, why string) step {
 		m.out.ClearRollback = m.settings.Rollback != RollbackNone
 		m.rollbackTaken = m.out.ClearRollback
 		st.Phase, st.Rollback, st.WaveState = PhaseRollingBack, scope, WaveRollingBack
+		st.NamespaceEnrolled = false // the rollback takes the namespace out of ambient (ensureLabel)
 		st.Reason = why
 		st.GatesSince, st.NextWaveAt, st.Analysis = timePtr(m.now), nil, nil
 		what := fmt.Sprintf("wave %d", st.Wave)
@@ -88,15 +89,15 @@ func rollbackRestarts(m *machine, members []parsedWorkload) (issued bool, refuse
 		if !returning(w, st) {
 			continue // already rolled back
 		}
-		wave := st.Wave // of a move no record explains
+		wave, prior := st.Wave, "" // of a move no record explains
 		if fwd := w.forwardIn(st.MigrationID()); fwd != nil {
-			wave = fwd.Wave
+			wave, prior = fwd.Wave, fwd.PriorInject
 		}
 		if answer, ok := m.in.Refused[w.Name]; ok {
 			refused = append(refused, fmt.Sprintf("the apiserver refused to restart %s: %s", w.Name, answer))
 			continue
 		}
-		rec := MoveRecord{Revision: st.SourceRevision, From: st.TargetRevision, SourceLabel: st.sourceLabelOnRecord(), Wave: wave, At: m.now, Rollback: true, Migration: st.MigrationID(), Mode: st.Mode}
+		rec := MoveRecord{Revision: st.SourceRevision, From: st.TargetRevision, SourceLabel: st.sourceLabelOnRecord(), Wave: wave, At: m.now, Rollback: true, Migration: st.MigrationID(), Mode: st.Mode, PriorInject: prior}
 		if st.Rollback == RollbackAll {
 			rec.Scope = RollbackAll
 		}

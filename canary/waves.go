@@ -211,7 +211,20 @@ func noControlPlane(m *machine) string {
 }
 
 func ensureLabel(m *machine, value string) {
-	if value != "" && m.snap().Namespace.Labels[LabelRev] != value {
+	enrolled := m.st.Mode == ModeAmbient && m.snap().Namespace.Labels[LabelDataplaneMode] == DataplaneAmbient
+	switch {
+	case value == "":
+	case enrolled && !m.st.rollingBack():
+		// The move to ambient enrolled the namespace: istio.io/rev never
+		// comes back onto it going forward (a status rebuilt from the
+		// records, say), or the pods of a workload without the template
+		// labels would be injected again.
+	case enrolled:
+		// Rolling back from an enrolled namespace: the revision label
+		// back, and the namespace out of ambient, in one write, or the
+		// rolled-back pods would come up in ambient again.
+		m.out.Label, m.out.UnenrolNamespace = value, true
+	case m.snap().Namespace.Labels[LabelRev] != value:
 		m.out.Label = value
 	}
 }

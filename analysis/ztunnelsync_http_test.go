@@ -49,8 +49,10 @@ func TestTheAmbientSyncGateOverHTTPSeesZtunnelsOfTheRootNamespace(t *testing.T) 
 	istiod := Istiod{Pod: "istiod-1-26-a", IP: host, Revision: "1-26"}
 	g := SyncGate{
 		Source: HTTPSyncz{Port: port}, RootNamespace: "istio-system", Timeout: time.Minute, Interval: time.Second,
-		Istiods:  func(string) []Istiod { return []Istiod{istiod} },
-		Ztunnels: func(string) []ZtunnelPod { return []ZtunnelPod{{Pod: "ztunnel-a", Namespace: "istio-system", Ready: true}} },
+		Istiods: func(string) []Istiod { return []Istiod{istiod} },
+		Ztunnels: func(string) []ZtunnelPod {
+			return []ZtunnelPod{{Pod: "ztunnel-a", Namespace: "istio-system", Ready: true}}
+		},
 	}
 	w := ambientWave(member("cart", ambientPod("cart-1", "n1", true)))
 	w.Analysis.Started = map[string]time.Time{GateSync: t0}
