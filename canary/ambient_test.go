@@ -210,7 +210,7 @@ func TestPoliciesThatChangeMeaningInAmbientBlockTheMoveByName(t *testing.T) {
 		reason string
 	}{
 		{"a selector AuthorizationPolicy with L7 rules", Compat{AuthorizationPolicies: []AuthorizationPolicy{{Namespace: "shop", Name: "paths", MatchLabels: map[string]string{"app": "a"}, L7: []string{"to.operation.paths"}}}},
-			"AuthorizationPolicy shop/paths selects workloads by spec.selector and holds what ztunnel cannot enforce (to.operation.paths): once the pods leave their sidecar, ztunnel denies all their traffic (an ALLOW) or none of it (a DENY); move it to targetRefs on a waypoint first"},
+			"AuthorizationPolicy shop/paths selects workloads by spec.selector and holds what ztunnel cannot enforce (to.operation.paths): once the pods leave their sidecar, ztunnel denies all their traffic (an ALLOW) or drops its HTTP conditions (a DENY: wider, or void when it has no other); move it to targetRefs on a waypoint first"},
 		{"a namespace-wide one", Compat{AuthorizationPolicies: []AuthorizationPolicy{{Namespace: "shop", Name: "all", L7: []string{"action CUSTOM"}}}},
 			"AuthorizationPolicy shop/all applies to the whole namespace and holds what ztunnel cannot enforce (action CUSTOM)"},
 		{"a mesh-wide one", Compat{AuthorizationPolicies: []AuthorizationPolicy{{Namespace: "istio-system", Name: "mesh", MeshWide: true, L7: []string{"to.operation.methods"}}}},

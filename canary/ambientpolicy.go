@@ -133,7 +133,7 @@ func policyBlocks(c Compat, ns string, moved []Workload) string {
 		case len(ap.MatchLabels) == 0:
 			how = "applies to the whole namespace"
 		}
-		out = append(out, fmt.Sprintf("AuthorizationPolicy %s/%s %s and holds what ztunnel cannot enforce (%s): once the pods leave their sidecar, ztunnel denies all their traffic (an ALLOW) or none of it (a DENY); move it to targetRefs on a waypoint first", ap.Namespace, ap.Name, how, strings.Join(ap.L7, ", ")))
+		out = append(out, fmt.Sprintf("AuthorizationPolicy %s/%s %s and holds what ztunnel cannot enforce (%s): once the pods leave their sidecar, ztunnel denies all their traffic (an ALLOW) or drops its HTTP conditions (a DENY: wider, or void when it has no other); move it to targetRefs on a waypoint first", ap.Namespace, ap.Name, how, strings.Join(ap.L7, ", ")))
 	}
 	return strings.Join(out, "; ")
 }

@@ -202,7 +202,7 @@ func ambientPolicyAndLostStatus(t *testing.T, f *fixture.Fixture, counter *apiCo
 		st := waitForPhase(f, ns, canary.PhaseBlocked, time.Minute)
 		assert.Equal(t, canary.BlockedPrecheck, st.BlockedKind)
 		assert.Equal(t, "precheck failed: PeerAuthentication amb-policy/plaintext sets mTLS mode DISABLE: ambient always uses mTLS between mesh workloads, and ignores it; remove it, or set PERMISSIVE; "+
-			"AuthorizationPolicy amb-policy/admin-paths selects workloads by spec.selector and holds what ztunnel cannot enforce (to.operation.paths): once the pods leave their sidecar, ztunnel denies all their traffic (an ALLOW) or none of it (a DENY); move it to targetRefs on a waypoint first", st.Reason)
+			"AuthorizationPolicy amb-policy/admin-paths selects workloads by spec.selector and holds what ztunnel cannot enforce (to.operation.paths): once the pods leave their sidecar, ztunnel denies all their traffic (an ALLOW) or drops its HTTP conditions (a DENY: wider, or void when it has no other); move it to targetRefs on a waypoint first", st.Reason)
 		assert.Zero(t, counter.get("PATCH deployments "+ns+"/a"), "nothing is written before the first wave")
 		assert.Contains(t, strings.Join(eventsFor(f, "Namespace", ns, ns), "\n"), "amb-policy/admin-paths")
 
