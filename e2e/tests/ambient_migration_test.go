@@ -204,7 +204,10 @@ func ambientPolicyAndLostStatus(t *testing.T, f *fixture.Fixture, counter *apiCo
 		assert.Equal(t, "precheck failed: PeerAuthentication amb-policy/plaintext sets mTLS mode DISABLE: ambient always uses mTLS between mesh workloads, and ignores it; remove it, or set PERMISSIVE; "+
 			"AuthorizationPolicy amb-policy/admin-paths selects workloads by spec.selector and holds what ztunnel cannot enforce (to.operation.paths): once the pods leave their sidecar, ztunnel denies all their traffic (an ALLOW) or drops its HTTP conditions (a DENY: wider, or void when it has no other); move it to targetRefs on a waypoint first", st.Reason)
 		assert.Zero(t, counter.get("PATCH deployments "+ns+"/a"), "nothing is written before the first wave")
-		assert.Contains(t, strings.Join(eventsFor(f, "Namespace", ns, ns), "\n"), "amb-policy/admin-paths")
+		f.Eventually("an Event naming the policy", func() (bool, string) {
+			evs := strings.Join(eventsFor(f, "Namespace", ns, ns), "\n")
+			return strings.Contains(evs, "amb-policy/admin-paths"), evs
+		})
 
 		// The policies moved away (to a waypoint's targetRefs, say), the move goes on.
 		require.NoError(t, aps.Delete(f.Ctx, "admin-paths", metav1.DeleteOptions{}))
