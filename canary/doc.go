@@ -31,6 +31,9 @@
 //	stop.go       a namespace that opted out
 //	summary.go    the counts, the totals and the label meshwave owns
 //	admission.go  concurrency slots: Admit and PeerOf
+//	ambient.go    the move to ambient: its mode, the sidecar step first, its
+//	              prechecks, the namespace enrolled last
+//	ambientpolicy.go  the policies that change meaning in ambient
 //
 // The data: snapshot.go (what the agent gathers), status.go (the status
 // annotation), moverecord.go (the move record), annotations.go (what a
