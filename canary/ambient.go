@@ -224,6 +224,20 @@ func carriesMove(w Workload, st *Status) bool {
 	return w.TemplateLabels[LabelInject] == "false" && w.TemplateLabels[LabelDataplaneMode] == DataplaneAmbient
 }
 
+// ambientWaveHeld says why the next wave of a move to ambient may not
+// start, or "": what its precheck blocks on may have appeared since the
+// first wave (a policy created, a ztunnel gone), and is asked again of
+// the workloads still to move before each wave.
+func ambientWaveHeld(m *machine) string {
+	if m.st.Mode != ModeAmbient || m.plan().Remaining() == 0 {
+		return ""
+	}
+	if why := noZtunnel(m.snap()); why != "" {
+		return why
+	}
+	return policyBlocks(m.snap().Compat, m.ns, plannedWorkloads(m, m.plan()))
+}
+
 // enrolNamespace, on a completed move to ambient, labels the namespace
 // istio.io/dataplane-mode=ambient and takes its injection labels off, as
 // Istio's guide leaves it, unless a workload of it still runs a sidecar

@@ -511,3 +511,24 @@ func TestARollbackAfterTheNamespaceWasEnrolledWritesAStatusThatReadsBack(t *test
 		assert.Equal(t, map[string]string{"app": w.Name}, w.TemplateLabels, w.Name)
 	}
 }
+
+func TestAPolicyThatAppearsMidMigrationPausesTheNextAmbientWave(t *testing.T) {
+	s := ambientSim(t, deploy("a"), deploy("b"))
+	s.decide(nil)
+	s.rollOutAmbient("a")
+	s.snap.Compat = Compat{PeerAuthentications: []PeerAuthentication{{Namespace: "shop", Name: "plain", Mode: "DISABLE"}}}
+	for i := 0; i < 5 && s.status.Phase != PhasePaused; i++ {
+		s.now = s.now.Add(time.Minute)
+		s.decide(s.gates())
+	}
+	require.Equal(t, PhasePaused, s.status.Phase, s.status.Reason)
+	assert.Equal(t, "wave 2 not started: PeerAuthentication shop/plain sets mTLS mode DISABLE: ambient always uses mTLS between mesh workloads, and ignores it; remove it, or set PERMISSIVE", s.status.Reason)
+	assert.Equal(t, map[string]int{"a": 1}, s.patches)
+	assert.Equal(t, "true", s.snap.Namespace.Annotations[AnnotationPaused])
+
+	// Removed, and resumed by a person: the next wave starts.
+	s.snap.Compat = Compat{}
+	delete(s.snap.Namespace.Annotations, AnnotationPaused)
+	s.playUntil(PhaseCompleted)
+	assert.Equal(t, map[string]int{"a": 1, "b": 1}, s.patches)
+}

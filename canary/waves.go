@@ -128,6 +128,10 @@ func betweenWaves(m *machine) step {
 		pause(m, fmt.Sprintf("wave %d not started: %s", st.Wave+1, why))
 		return nil
 	}
+	if why := ambientWaveHeld(m); why != "" {
+		pause(m, fmt.Sprintf("wave %d not started: %s", st.Wave+1, why))
+		return nil
+	}
 	if m.plan().Remaining() > 0 && waitForWindow(m, fmt.Sprintf("wave %d", st.Wave+1)) {
 		return nil
 	}
