@@ -36,7 +36,10 @@ func HoldersNow(ctx context.Context, client kubernetes.Interface, md metadata.In
 	if !ok {
 		out = canary.ClassifyHolders(canary.HoldersInput{Revision: revision})
 	}
-	if out.Pods+out.FinishedPods == 0 {
+	if out.Ambient, out.AmbientPods, err = caches.ambientHolders(cfg.RootNamespace, revision); err != nil {
+		return canary.Holders{}, err
+	}
+	if out.Pods+out.FinishedPods+out.AmbientPods == 0 {
 		if m, err := caches.mesh(cfg.RootNamespace); err == nil {
 			if rev, ok := m.Tags[revision]; ok {
 				out.Note = "tag " + revision + " points at revision " + rev + "; pods carry revisions, not tags: ask for " + rev

@@ -191,6 +191,17 @@ func RenderHolders(out io.Writer, h canary.Holders, format string) error {
 			return err
 		}
 	}
+	if len(h.Ambient) > 0 {
+		fmt.Fprintln(out)
+		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "IN AMBIENT\tOWNER\tPODS\tNODES")
+		for _, x := range h.Ambient {
+			fmt.Fprintf(tw, "%s\t%s/%s\t%d\t%s\n", x.Namespace, x.Kind, x.Name, len(x.Pods), strings.Join(x.Nodes, " "))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
 	if len(h.Finished) > 0 {
 		fmt.Fprintln(out)
 		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
@@ -208,7 +219,7 @@ func RenderHolders(out io.Writer, h canary.Holders, format string) error {
 // holdersSummary is one line: how many pods run the revision's proxy, in
 // how many workloads, and how many completed or failed pods still carry it.
 func holdersSummary(h canary.Holders) string {
-	if h.Pods == 0 && h.FinishedPods == 0 {
+	if h.Pods == 0 && h.FinishedPods == 0 && h.AmbientPods == 0 {
 		return "revision " + h.Revision + " holds no pod"
 	}
 	s := "revision " + h.Revision + ": "
@@ -219,6 +230,9 @@ func holdersSummary(h canary.Holders) string {
 	}
 	if h.FinishedPods > 0 {
 		s += fmt.Sprintf("; %s still %s it", plural(h.FinishedPods, "completed or failed pod"), verb(h.FinishedPods, "carries", "carry"))
+	}
+	if h.AmbientPods > 0 {
+		s += fmt.Sprintf("; %s in %s %s in ambient through its ztunnels", plural(h.AmbientPods, "pod"), plural(len(h.Ambient), "workload"), verb(h.AmbientPods, "runs", "run"))
 	}
 	return s
 }

@@ -160,6 +160,23 @@ type Holders struct {
 	// Note is a remark of the caller's on the question, such as a tag
 	// asked for where a revision was meant.
 	Note string `json:"note,omitempty"`
+	// AmbientPods counts the pods of Ambient: pods that run no sidecar,
+	// enrolled in ambient mode, on nodes whose ztunnel this revision
+	// serves (its pods carry istio.io/rev of the revision). They need the
+	// revision as much as its sidecars do.
+	AmbientPods int             `json:"ambientPods,omitempty"`
+	Ambient     []AmbientHolder `json:"ambient,omitempty"`
+}
+
+// AmbientHolder is a workload whose pods run in ambient mode through the
+// revision's ztunnels.
+type AmbientHolder struct {
+	Namespace string   `json:"namespace"`
+	Kind      string   `json:"kind"`
+	Name      string   `json:"name"`
+	Pods      []string `json:"pods"`
+	// Nodes are the nodes its pods run on, in name order.
+	Nodes []string `json:"nodes"`
 }
 
 // PodsByReason counts the pods of every holder, finished ones included,

@@ -216,7 +216,8 @@ func (c cli) parseReadOnlyArg(name, arg string, args []string) (common, string, 
 }
 
 // holdersCommand lists the pods of a revision. It exits 3 (errHeld) while
-// any of them runs its proxy, so that "meshwave holders 1-25 && helm
+// any of them runs its proxy, or runs in ambient mode through its
+// ztunnels, so that "meshwave holders 1-25 && helm
 // uninstall istiod-1-25" removes a control plane only once nothing needs
 // it; completed and failed pods are listed but do not count.
 func (cl cli) holdersCommand(ctx context.Context, args []string) error {
@@ -235,7 +236,7 @@ func (cl cli) holdersCommand(ctx context.Context, args []string) error {
 	if err := agent.RenderHolders(cl.stdout, h, format); err != nil {
 		return err
 	}
-	if h.Pods > 0 {
+	if h.Pods > 0 || h.AmbientPods > 0 {
 		return errHeld
 	}
 	return nil

@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -129,6 +130,19 @@ func TestANamespaceMovesFromSidecarsToAmbientInWaves(t *testing.T) {
 			}
 			return true, ""
 		})
+		// The pods in ambient still need 1-26: its ztunnels serve them.
+		out, code := runCLIExit(t, f, "holders", "1-26", "-o", "json")
+		assert.Equal(t, 3, code, out)
+		var held canary.Holders
+		require.NoError(t, json.Unmarshal([]byte(out), &held), out)
+		var mine []string
+		for _, h := range held.Ambient {
+			if h.Namespace == ns {
+				mine = append(mine, fmt.Sprintf("%s/%s %d pods", h.Kind, h.Name, len(h.Pods)))
+			}
+		}
+		assert.Equal(t, []string{"DaemonSet/agent 3 pods", "Deployment/api 2 pods", "Deployment/web 2 pods", "StatefulSet/db 2 pods"}, mine)
+
 		// Each workload written twice: onto 1-26's sidecar, then out of it.
 		for _, w := range []string{"deployments " + ns + "/web", "deployments " + ns + "/api", "statefulsets " + ns + "/db", "daemonsets " + ns + "/agent"} {
 			assert.Equal(t, 2, counter.get("PATCH "+w), w)

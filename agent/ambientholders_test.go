@@ -1,0 +1,63 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/meshwave/meshwave/canary"
+)
+
+// The pods that run in ambient mode through a revision's ztunnels hold
+// the revision as much as its sidecars: meshwave holders lists them, by
+// workload, with their nodes.
+func TestHoldersListThePodsInAmbientThroughTheRevisionsZtunnels(t *testing.T) {
+	onNode := func(p *corev1.Pod, node string, labels map[string]string) *corev1.Pod {
+		p.Spec.NodeName = node
+		for k, v := range labels {
+			p.Labels[k] = v
+		}
+		return p
+	}
+	ambient := map[string]string{canary.LabelDataplaneMode: canary.DataplaneAmbient}
+	rs := owned("apps/v1", "ReplicaSet", "web-5d8f9")
+	objs := []runtime.Object{
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", Labels: map[string]string{canary.LabelDataplaneMode: canary.DataplaneAmbient}}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "amb"}},
+		onNode(injectedPod("istio-system", "ztunnel-a", "", corev1.PodRunning, owned("apps/v1", "DaemonSet", "ztunnel")), "n1", map[string]string{"app": "ztunnel", canary.LabelRev: "1-26"}),
+		onNode(injectedPod("istio-system", "ztunnel-b", "", corev1.PodRunning, owned("apps/v1", "DaemonSet", "ztunnel")), "n2", map[string]string{"app": "ztunnel", canary.LabelRev: "1-27"}),
+		// Enrolled by their namespace, or by their own label.
+		onNode(injectedPod("shop", "web-5d8f9-a", "", corev1.PodRunning, rs), "n1", nil),
+		onNode(injectedPod("amb", "db-0", "", corev1.PodRunning, owned("apps/v1", "StatefulSet", "db")), "n1", ambient),
+		// Through another revision's ztunnel; opted out; with a sidecar; done.
+		onNode(injectedPod("shop", "web-5d8f9-b", "", corev1.PodRunning, rs), "n2", nil),
+		onNode(injectedPod("shop", "legacy", "", corev1.PodRunning, nil), "n1", map[string]string{canary.LabelDataplaneMode: "none"}),
+		onNode(injectedPod("amb", "api-1", "1-26", corev1.PodRunning, nil), "n1", ambient),
+		onNode(injectedPod("amb", "job-x", "", corev1.PodSucceeded, nil), "n1", ambient),
+	}
+	got, err := HoldersNow(context.Background(), fake.NewClientset(objs...), metadataClient(), DefaultConfig(), "1-26")
+	require.NoError(t, err)
+	assert.Equal(t, 2, got.AmbientPods)
+	assert.Equal(t, []canary.AmbientHolder{
+		{Namespace: "amb", Kind: "StatefulSet", Name: "db", Pods: []string{"db-0"}, Nodes: []string{"n1"}},
+		{Namespace: "shop", Kind: "ReplicaSet", Name: "web-5d8f9", Pods: []string{"web-5d8f9-a"}, Nodes: []string{"n1"}},
+	}, got.Ambient)
+	var out bytes.Buffer
+	require.NoError(t, RenderHolders(&out, got, "table"))
+	assert.Equal(t, `revision 1-26: 1 pod in 1 workload still runs its proxy; 2 pods in 2 workloads run in ambient through its ztunnels
+
+NAMESPACE  OWNER      PODS  STATE   WHY
+amb        Pod/api-1  1     cannot  `+got.Holders[0].Reason+`
+
+IN AMBIENT  OWNER                 PODS  NODES
+amb         StatefulSet/db        1     n1
+shop        ReplicaSet/web-5d8f9  1     n1
+`, out.String())
+}
