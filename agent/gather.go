@@ -423,6 +423,19 @@ func (c *Caches) mesh(rootNamespace string) (canary.Mesh, error) {
 		}
 		m.Ztunnels[p.Node] = m.Ztunnels[p.Node] || p.Ready && p.Phase == corev1.PodRunning
 	}
+	agents, err := c.Pods.In(rootNamespace).List(labels.SelectorFromSet(labels.Set{"k8s-app": "istio-cni-node"}))
+	if err != nil {
+		return m, err
+	}
+	for _, p := range agents {
+		if p.DeletionTimestamp != nil || p.Node == "" {
+			continue
+		}
+		if m.CNINodeAgents == nil {
+			m.CNINodeAgents = map[string]bool{}
+		}
+		m.CNINodeAgents[p.Node] = m.CNINodeAgents[p.Node] || p.Ready && p.Phase == corev1.PodRunning
+	}
 	for name, rev := range m.Revisions {
 		if rev.ProxyVersion == "" {
 			if v := canary.VersionFromRevision(name); v != "" {

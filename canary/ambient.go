@@ -190,27 +190,40 @@ func ambientPrecheck(m *machine) string {
 }
 
 // noZtunnel says which nodes running a pod of the namespace have no Ready
-// ztunnel: a pod moved there would not be in the mesh. "" when each has
-// one.
+// ztunnel, or no Ready istio-cni node agent: a pod moved there would not
+// be in the mesh, or not redirected to it. "" when each has both.
 func noZtunnel(snap *Snapshot) string {
-	missing := map[string]string{}
-	for _, w := range snap.Workloads {
-		for _, p := range w.Pods {
-			if !p.Terminating && p.Node != "" && !snap.Mesh.Ztunnels[p.Node] {
-				if _, seen := missing[p.Node]; !seen {
-					missing[p.Node] = p.Name
+	var out []string
+	for _, part := range []struct {
+		ready map[string]bool
+		what  string
+	}{
+		{snap.Mesh.Ztunnels, "ztunnel runs on %s: install Istio's ztunnel DaemonSet (pods app=ztunnel in the root namespace)"},
+		{snap.Mesh.CNINodeAgents, "istio-cni node agent runs on %s: install Istio's istio-cni chart with ambient enabled (pods k8s-app=istio-cni-node in the root namespace)"},
+	} {
+		missing := map[string]string{}
+		for _, w := range snap.Workloads {
+			for _, p := range w.Pods {
+				if !p.Terminating && p.Node != "" && !part.ready[p.Node] {
+					if _, seen := missing[p.Node]; !seen {
+						missing[p.Node] = p.Name
+					}
 				}
 			}
 		}
+		if len(missing) == 0 {
+			continue
+		}
+		var nodes []string
+		for _, node := range slices.Sorted(maps.Keys(missing)) {
+			nodes = append(nodes, fmt.Sprintf("node %s (pod %s)", node, missing[node]))
+		}
+		out = append(out, "no Ready "+fmt.Sprintf(part.what, strings.Join(bounded(nodes, 5), ", ")))
 	}
-	if len(missing) == 0 {
+	if len(out) == 0 {
 		return ""
 	}
-	var out []string
-	for _, node := range slices.Sorted(maps.Keys(missing)) {
-		out = append(out, fmt.Sprintf("node %s (pod %s)", node, missing[node]))
-	}
-	return fmt.Sprintf("no Ready ztunnel runs on %s: install Istio's ztunnel DaemonSet (pods app=ztunnel in the root namespace) on every node of the namespace's pods first", strings.Join(bounded(out, 5), ", "))
+	return strings.Join(out, "; ") + " on every node of the namespace's pods first"
 }
 
 // carriesMove reports whether w's template holds what a move of st writes

@@ -260,7 +260,7 @@ func TestPoliciesThatChangeMeaningInAmbientBlockTheMoveByName(t *testing.T) {
 	})
 }
 
-func TestAMoveToAmbientWaitsForAReadyZtunnelOnEveryNodeOfItsPods(t *testing.T) {
+func TestAMoveToAmbientWaitsForAReadyZtunnelAndNodeAgentOnEveryNodeOfItsPods(t *testing.T) {
 	s := ambientSim(t, deploy("a"), deploy("b"))
 	for i := range s.snap.Workloads {
 		for j := range s.snap.Workloads[i].Pods {
@@ -268,13 +268,16 @@ func TestAMoveToAmbientWaitsForAReadyZtunnelOnEveryNodeOfItsPods(t *testing.T) {
 		}
 	}
 	s.snap.Mesh.Ztunnels = map[string]bool{"n1": true, "n2": false}
+	s.snap.Mesh.CNINodeAgents = map[string]bool{"n2": true}
 	d := s.decide(nil)
 	require.NotNil(t, d.Status)
 	assert.Equal(t, PhaseBlocked, d.Status.Phase)
-	assert.Equal(t, "precheck failed: no Ready ztunnel runs on node n2 (pod a-abc-1): install Istio's ztunnel DaemonSet (pods app=ztunnel in the root namespace) on every node of the namespace's pods first", d.Status.Reason)
+	assert.Equal(t, "precheck failed: no Ready ztunnel runs on node n2 (pod a-abc-1): install Istio's ztunnel DaemonSet (pods app=ztunnel in the root namespace); "+
+		"no Ready istio-cni node agent runs on node n1 (pod a-abc-0): install Istio's istio-cni chart with ambient enabled (pods k8s-app=istio-cni-node in the root namespace) on every node of the namespace's pods first", d.Status.Reason)
 	assert.Empty(t, d.Moves)
 
 	s.snap.Mesh.Ztunnels["n2"] = true
+	s.snap.Mesh.CNINodeAgents["n1"] = true
 	s.now = s.now.Add(time.Minute)
 	d = s.decide(nil)
 	require.NotNil(t, d.Status)

@@ -154,6 +154,9 @@ type Mesh struct {
 	// Ztunnels says, for each node a ztunnel pod (app=ztunnel in the root
 	// namespace) is scheduled on, whether one of them is Ready there.
 	Ztunnels map[string]bool
+	// CNINodeAgents says the same of the istio-cni node agent's pods
+	// (k8s-app=istio-cni-node in the root namespace).
+	CNINodeAgents map[string]bool
 }
 
 // Revision is one installed control-plane revision.

@@ -43,6 +43,17 @@ if [ ! -f "$out/charts/ztunnel/Chart.yaml" ] || [ "$(cat "$out/charts/.ztunnel-v
   echo "$version" > "$out/charts/.ztunnel-version"
 fi
 
+# The istio-cni chart, for worlds that run ambient: its node agent's
+# DaemonSet (whose pods the world's kubelet runs; the redirection itself
+# is e2e/mesh/cni.go's).
+if [ ! -f "$out/charts/istio-cni/Chart.yaml" ] || [ "$(cat "$out/charts/.istio-cni-version" 2>/dev/null)" != "$version" ]; then
+  src=$(go -C "$root/e2e/istio" list -m -f '{{.Dir}}' istio.io/istio)
+  rm -rf "$out/charts/istio-cni"
+  cp -R "$src/manifests/charts/istio-cni" "$out/charts/"
+  chmod -R u+w "$out/charts/istio-cni"
+  echo "$version" > "$out/charts/.istio-cni-version"
+fi
+
 gwapi_version=$(go -C "$root/e2e/istio" list -m -f '{{.Version}}' sigs.k8s.io/gateway-api)
 if [ "$(cat "$out/gateway-api/.version" 2>/dev/null)" != "$gwapi_version" ]; then
   go -C "$root/e2e/istio" mod download sigs.k8s.io/gateway-api

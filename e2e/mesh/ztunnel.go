@@ -470,6 +470,33 @@ func (m *Mesh) InstallZtunnel(ctx context.Context, rev string) error {
 	return m.apply.apply(ctx, objs)
 }
 
+// InstallCNI renders Istio's istio-cni chart with ambient enabled and
+// applies it: its node agent's DaemonSet, whose pods (one a node,
+// labelled k8s-app=istio-cni-node) the world's kubelet runs. What the
+// node agent does for ambient pods, the redirection annotation, is
+// StartCNI's.
+func (m *Mesh) InstallCNI(ctx context.Context) error {
+	if m.istio == nil {
+		return fmt.Errorf("istio-cni needs Istio's charts")
+	}
+	cmd := exec.CommandContext(ctx, m.istio.Helm, "template", "istio-cni", filepath.Join(m.istio.Charts, "istio-cni"),
+		"--namespace", m.opts.RootNamespace,
+		"--set", "ambient.enabled=true",
+		"--set", "global.istioNamespace="+m.opts.RootNamespace,
+		"--set", "tag="+m.istio.Version)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return fmt.Errorf("helm template istio-cni: %w: %s", err, stderr.String())
+	}
+	objs, err := decodeObjects(bytes.NewReader(out))
+	if err != nil {
+		return err
+	}
+	return m.apply.apply(ctx, objs)
+}
+
 // Ztunnel is the simulated ztunnel of a ztunnel pod, or nil.
 func (m *Mesh) Ztunnel(pod string) *Ztunnel {
 	m.mu.Lock()

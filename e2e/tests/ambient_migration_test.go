@@ -34,6 +34,7 @@ func TestANamespaceMovesFromSidecarsToAmbientInWaves(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(cni.Stop)
 	zs := installZtunnel(f, "1-26")
+	installCNI(f)
 	cfg := testConfig(f)
 	counter := newAPICounter()
 	startAgentWithOptions(t, f, cfg, counter, "agent-ambient", withDynamic(f))

@@ -123,6 +123,26 @@ func installZtunnel(f *fixture.Fixture, rev string) []*mesh.Ztunnel {
 	return zs
 }
 
+// installCNI applies Istio's istio-cni chart and waits for its node
+// agent's pod to be Ready on every node.
+func installCNI(f *fixture.Fixture) {
+	f.T.Helper()
+	require.NoError(f.T, f.World.Mesh.InstallCNI(f.Ctx))
+	f.Eventually("an istio-cni node agent Ready on every node", func() (bool, string) {
+		nodes, err := f.Client.CoreV1().Nodes().List(f.Ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		ready := 0
+		for _, p := range f.Pods(f.World.Mesh.RootNamespace(), map[string]string{"k8s-app": "istio-cni-node"}) {
+			if fixture.PodReady(p) {
+				ready++
+			}
+		}
+		return ready == len(nodes.Items), fmt.Sprintf("%d of %d nodes", ready, len(nodes.Items))
+	})
+}
+
 // ambientWorld boots a world whose revision 1-26 serves ambient
 // (PILOT_ENABLE_AMBIENT=true, without which istiod refuses a ztunnel) beside
 // the sidecar revision 1-25.
