@@ -13,8 +13,8 @@ import (
 // ambientHolders lists the pods that run no sidecar, enrolled in ambient
 // mode (by their own istio.io/dataplane-mode=ambient, or by their
 // namespace's unless they say none), on nodes where a ztunnel of revision
-// runs (a pod app=ztunnel of the root namespace labelled istio.io/rev of
-// it; unlabelled is "default"): removing the revision leaves them without
+// runs (a pod app=ztunnel of the root namespace annotated istio.io/rev of
+// it, as Istio's chart writes it, or labelled so; neither is "default"): removing the revision leaves them without
 // a data plane. Grouped by namespace and owner, in name order.
 func (c *Caches) ambientHolders(rootNamespace, revision string) ([]canary.AmbientHolder, int, error) {
 	ztunnels, err := c.Pods.In(rootNamespace).List(labels.SelectorFromSet(labels.Set{"app": "ztunnel"}))
@@ -23,7 +23,11 @@ func (c *Caches) ambientHolders(rootNamespace, revision string) ([]canary.Ambien
 	}
 	served := map[string]bool{}
 	for _, z := range ztunnels {
-		rev := z.Labels[canary.LabelRev]
+		// Istio's chart annotates its pods with their revision.
+		rev := z.Annotations[canary.LabelRev]
+		if rev == "" {
+			rev = z.Labels[canary.LabelRev]
+		}
 		if rev == "" {
 			rev = "default"
 		}

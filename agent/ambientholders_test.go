@@ -26,12 +26,16 @@ func TestHoldersListThePodsInAmbientThroughTheRevisionsZtunnels(t *testing.T) {
 		}
 		return p
 	}
+	annotated := func(p *corev1.Pod, k, v string) *corev1.Pod {
+		p.Annotations = map[string]string{k: v}
+		return p
+	}
 	ambient := map[string]string{canary.LabelDataplaneMode: canary.DataplaneAmbient}
 	rs := owned("apps/v1", "ReplicaSet", "web-5d8f9")
 	objs := []runtime.Object{
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", Labels: map[string]string{canary.LabelDataplaneMode: canary.DataplaneAmbient}}},
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "amb"}},
-		onNode(injectedPod("istio-system", "ztunnel-a", "", corev1.PodRunning, owned("apps/v1", "DaemonSet", "ztunnel")), "n1", map[string]string{"app": "ztunnel", canary.LabelRev: "1-26"}),
+		annotated(onNode(injectedPod("istio-system", "ztunnel-a", "", corev1.PodRunning, owned("apps/v1", "DaemonSet", "ztunnel")), "n1", map[string]string{"app": "ztunnel"}), canary.LabelRev, "1-26"),
 		onNode(injectedPod("istio-system", "ztunnel-b", "", corev1.PodRunning, owned("apps/v1", "DaemonSet", "ztunnel")), "n2", map[string]string{"app": "ztunnel", canary.LabelRev: "1-27"}),
 		// Enrolled by their namespace, or by their own label.
 		onNode(injectedPod("shop", "web-5d8f9-a", "", corev1.PodRunning, rs), "n1", nil),

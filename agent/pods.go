@@ -82,6 +82,14 @@ func slimPod(p *corev1.Pod, keep map[string]bool) *CachedPod {
 		Waiting: waiting(p.Status),
 	}
 	out.Revision = intern(canary.SidecarRevision(out.Annotations))
+	if rev, ok := p.Annotations[canary.LabelRev]; ok && p.Labels["app"] == "ztunnel" {
+		// Istio's ztunnel chart names its pods' revision in this
+		// annotation (every injected pod carries one too, not kept).
+		if out.Annotations == nil {
+			out.Annotations = map[string]string{}
+		}
+		out.Annotations[canary.LabelRev] = intern(rev)
+	}
 	if p.Labels["app"] == "istiod" {
 		for _, c := range p.Spec.Containers {
 			out.Containers = append(out.Containers, ContainerImage{Name: c.Name, Image: c.Image})
