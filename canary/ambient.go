@@ -183,16 +183,20 @@ func ambientPrecheck(m *machine) string {
 	if why := hboneNotDone(m.snap(), m.st.TargetRevision); why != "" {
 		return why
 	}
-	if why := noZtunnel(m.snap()); why != "" {
+	moved := plannedWorkloads(m, m.plan())
+	if why := noZtunnel(m.snap(), moved); why != "" {
 		return why
 	}
-	return policyBlocks(m.snap().Compat, m.ns, plannedWorkloads(m, m.plan()))
+	if why := policiesUnread(m.snap().Compat); why != "" {
+		return why
+	}
+	return policyBlocks(m.snap().Compat, m.ns, moved)
 }
 
-// noZtunnel says which nodes running a pod of the namespace have no Ready
-// ztunnel, or no Ready istio-cni node agent: a pod moved there would not
+// noZtunnel says which nodes running a pod of the workloads to move have
+// no Ready ztunnel, or no Ready istio-cni node agent: a pod moved there would not
 // be in the mesh, or not redirected to it. "" when each has both.
-func noZtunnel(snap *Snapshot) string {
+func noZtunnel(snap *Snapshot, moved []Workload) string {
 	var out []string
 	for _, part := range []struct {
 		ready map[string]bool
@@ -202,7 +206,7 @@ func noZtunnel(snap *Snapshot) string {
 		{snap.Mesh.CNINodeAgents, "istio-cni node agent runs on %s: install Istio's istio-cni chart with ambient enabled (pods k8s-app=istio-cni-node in the root namespace)"},
 	} {
 		missing := map[string]string{}
-		for _, w := range snap.Workloads {
+		for _, w := range moved {
 			for _, p := range w.Pods {
 				if !p.Terminating && p.Node != "" && !part.ready[p.Node] {
 					if _, seen := missing[p.Node]; !seen {
@@ -245,10 +249,21 @@ func ambientWaveHeld(m *machine) string {
 	if m.st.Mode != ModeAmbient || m.plan().Remaining() == 0 {
 		return ""
 	}
-	if why := noZtunnel(m.snap()); why != "" {
+	moved := plannedWorkloads(m, m.plan())
+	if why := noZtunnel(m.snap(), moved); why != "" {
 		return why
 	}
-	return policyBlocks(m.snap().Compat, m.ns, plannedWorkloads(m, m.plan()))
+	return policyBlocks(m.snap().Compat, m.ns, moved)
+}
+
+// ambientWaveWaits says why the next wave of a move to ambient waits
+// without a pause, or "": the policy kinds not read yet (a new leader's
+// caches, a discovery error), which clears by itself.
+func ambientWaveWaits(m *machine) string {
+	if m.st.Mode != ModeAmbient || m.plan().Remaining() == 0 {
+		return ""
+	}
+	return policiesUnread(m.snap().Compat)
 }
 
 // enrolNamespace, on a completed move to ambient, labels the namespace
@@ -270,6 +285,12 @@ func enrolNamespace(m *machine) {
 			case !p.InAmbient() && p.Labels[LabelDataplaneMode] != "none":
 				out = true
 			}
+		}
+		if mode := w.TemplateLabels[LabelDataplaneMode]; mode != DataplaneAmbient && mode != "none" &&
+			(w.TemplateLabels[LabelInject] == "false" || w.TemplateAnnotations[LabelInject] == "false") {
+			// Outside the mesh by its template, whether or not a pod of
+			// it runs now (scaled to zero, say).
+			out = true
 		}
 		if injected {
 			held = append(held, describe(w.Name))

@@ -535,3 +535,62 @@ func TestAPolicyThatAppearsMidMigrationPausesTheNextAmbientWave(t *testing.T) {
 	s.playUntil(PhaseCompleted)
 	assert.Equal(t, map[string]int{"a": 1, "b": 1}, s.patches)
 }
+
+// The policy informers of a freshly started agent (a new leader, a
+// discovery error at start-up) are not synced for a moment: the kinds
+// read as "not read yet". Between two waves of a move to ambient, that
+// is no policy that appeared: the move waits and says so (README), and
+// goes on by itself once they are read, with no person to lift a pause.
+func TestAmbientWaveWaitsWithoutAPauseWhileThePolicyKindsAreNotReadYet(t *testing.T) {
+	s := ambientSim(t, deploy("a"), deploy("b"))
+	s.decide(nil)
+	s.rollOutAmbient("a")
+	s.now = s.now.Add(time.Minute)
+	s.decide(s.gates())
+	require.Equal(t, WavePassed, s.status.WaveState, s.status.Reason)
+
+	s.snap.Compat = Compat{Unread: []string{"authorizationpolicies: not read yet"}}
+	s.now = s.now.Add(2 * time.Minute)
+	d := s.decide(nil)
+	assert.False(t, d.SetPaused, "a cache not synced yet pauses the migration until a person resumes it: %s", s.status.Reason)
+
+	s.snap.Compat = Compat{} // synced
+	for i := 0; i < 5 && s.patches["b"] == 0; i++ {
+		s.now = s.now.Add(time.Minute)
+		s.decide(s.gates())
+	}
+	assert.Equal(t, 1, s.patches["b"], "wave 2 never starts once the kinds are read (status %s: %s)", s.status.Phase, s.status.Reason)
+}
+
+// legacy opted out of ambient (istio.io/dataplane-mode: none, Istio's
+// opt-out) because it runs on a node pool ztunnel does not run on (a
+// ztunnel DaemonSet with a nodeSelector, say). It is never moved; a node
+// only it runs on must not keep every other workload out of ambient.
+func TestAnOptedOutWorkloadOnANodeWithoutZtunnelDoesNotBlockTheMove(t *testing.T) {
+	s := ambientSim(t, deploy("a"), deploy("legacy"))
+	s.snap.Workloads[1].TemplateLabels[LabelDataplaneMode] = "none"
+	for i := range s.snap.Workloads[0].Pods {
+		s.snap.Workloads[0].Pods[i].Node = "n1"
+	}
+	for i := range s.snap.Workloads[1].Pods {
+		s.snap.Workloads[1].Pods[i].Node = "gpu-1"
+		s.snap.Workloads[1].Pods[i].Labels[LabelDataplaneMode] = "none"
+	}
+	s.snap.Mesh.Ztunnels = map[string]bool{"n1": true}
+	s.snap.Mesh.CNINodeAgents = map[string]bool{"n1": true}
+	d := s.decide(nil)
+	require.NotNil(t, d.Status)
+	assert.Equal(t, PhaseMigrating, d.Status.Phase, d.Status.Reason)
+}
+
+// batch runs outside the mesh (its template says sidecar.istio.io/inject:
+// "false") and is scaled to zero when the move completes. Enrolling the
+// namespace puts every pod it starts later into ambient at once, which
+// the enrolment is held back for when its pods run (README, step 4).
+func TestAScaledDownWorkloadOutsideTheMeshHoldsTheNamespaceEnrolmentBack(t *testing.T) {
+	s := ambientSim(t, deploy("a"), deploy("batch", replicas(0)))
+	s.snap.Workloads[1].TemplateLabels[LabelInject] = "false"
+	s.playUntil(PhaseCompleted)
+	assert.False(t, s.status.NamespaceEnrolled, "the namespace was enrolled: batch's pods enter ambient as soon as it scales up")
+	assert.NotEqual(t, DataplaneAmbient, s.snap.Namespace.Labels[LabelDataplaneMode])
+}

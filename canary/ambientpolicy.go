@@ -6,6 +6,17 @@ import (
 	"strings"
 )
 
+// policiesUnread says which of the policy kinds could not be read, and
+// why, or "": missing data never lets a move to ambient start, nor its
+// next wave; it waits for them, and goes on once they are read.
+func policiesUnread(c Compat) string {
+	var out []string
+	for _, u := range c.Unread {
+		out = append(out, "cannot read "+u)
+	}
+	return strings.Join(out, "; ")
+}
+
 // PeerAuthentication is the part of a security.istio.io PeerAuthentication
 // the move to ambient's precheck reads.
 type PeerAuthentication struct {
@@ -101,13 +112,9 @@ func L7Features(obj map[string]any) []string {
 //     becomes deny-all, a DENY made only of them does nothing. It must
 //     move to targetRefs on a waypoint first; meshwave never deletes it.
 //
-// A kind that could not be read (Compat.Unread) blocks too: missing data
-// never lets a move to ambient start.
+// What could not be read is policiesUnread's.
 func policyBlocks(c Compat, ns string, moved []Workload) string {
 	var out []string
-	for _, u := range c.Unread {
-		out = append(out, "cannot read "+u)
-	}
 	for _, pa := range c.PeerAuthentications {
 		if !pa.MeshWide && (pa.Namespace != ns || !selectsAny(pa.MatchLabels, moved)) {
 			continue

@@ -128,6 +128,11 @@ func betweenWaves(m *machine) step {
 		pause(m, fmt.Sprintf("wave %d not started: %s", st.Wave+1, why))
 		return nil
 	}
+	if why := ambientWaveWaits(m); why != "" {
+		st.Reason = fmt.Sprintf("wave %d waits: %s", st.Wave+1, why)
+		m.requeue(m.cfg.PrecheckRetry)
+		return nil
+	}
 	if why := ambientWaveHeld(m); why != "" {
 		pause(m, fmt.Sprintf("wave %d not started: %s", st.Wave+1, why))
 		return nil
