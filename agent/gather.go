@@ -410,31 +410,11 @@ func (c *Caches) mesh(rootNamespace string) (canary.Mesh, error) {
 		}
 		m.Revisions[rev.Name] = rev
 	}
-	ztunnels, err := c.Pods.In(rootNamespace).List(labels.SelectorFromSet(labels.Set{"app": "ztunnel"}))
-	if err != nil {
+	if m.Ztunnels, err = c.readyByNode(rootNamespace, labels.Set{"app": "ztunnel"}); err != nil {
 		return m, err
 	}
-	for _, p := range ztunnels {
-		if p.DeletionTimestamp != nil || p.Node == "" {
-			continue
-		}
-		if m.Ztunnels == nil {
-			m.Ztunnels = map[string]bool{}
-		}
-		m.Ztunnels[p.Node] = m.Ztunnels[p.Node] || p.Ready && p.Phase == corev1.PodRunning
-	}
-	agents, err := c.Pods.In(rootNamespace).List(labels.SelectorFromSet(labels.Set{"k8s-app": "istio-cni-node"}))
-	if err != nil {
+	if m.CNINodeAgents, err = c.readyByNode(rootNamespace, labels.Set{"k8s-app": "istio-cni-node"}); err != nil {
 		return m, err
-	}
-	for _, p := range agents {
-		if p.DeletionTimestamp != nil || p.Node == "" {
-			continue
-		}
-		if m.CNINodeAgents == nil {
-			m.CNINodeAgents = map[string]bool{}
-		}
-		m.CNINodeAgents[p.Node] = m.CNINodeAgents[p.Node] || p.Ready && p.Phase == corev1.PodRunning
 	}
 	for name, rev := range m.Revisions {
 		if rev.ProxyVersion == "" {
@@ -445,6 +425,27 @@ func (c *Caches) mesh(rootNamespace string) (canary.Mesh, error) {
 		}
 	}
 	return m, nil
+}
+
+// readyByNode says, for each node a pod of the namespace that set selects
+// is scheduled on, whether one of them is Ready there; nil when none is
+// scheduled.
+func (c *Caches) readyByNode(namespace string, set labels.Set) (map[string]bool, error) {
+	pods, err := c.Pods.In(namespace).List(labels.SelectorFromSet(set))
+	if err != nil {
+		return nil, err
+	}
+	var out map[string]bool
+	for _, p := range pods {
+		if p.DeletionTimestamp != nil || p.Node == "" {
+			continue
+		}
+		if out == nil {
+			out = map[string]bool{}
+		}
+		out[p.Node] = out[p.Node] || p.Ready && p.Phase == corev1.PodRunning
+	}
+	return out, nil
 }
 
 // istiodImage is the image of istiod's discovery container, as Istio's

@@ -51,11 +51,7 @@ func enrolment(wave canary.WaveUnderTest, now time.Time) canary.Verdict {
 		}
 	}
 	if len(failed) > 0 {
-		reasons := make([]string, 0, len(failed))
-		for _, f := range failed {
-			reasons = append(reasons, f.Reason)
-		}
-		return canary.Verdict{Result: canary.ResultFail, Reason: strings.Join(reasons, "; "), Failed: failed}
+		return failedPods(failed)
 	}
 	if len(waiting) > 0 {
 		return canary.Verdict{Result: canary.ResultPending, Reason: strings.Join(waiting, "; "), RetryAfter: min(retry, 5*time.Second)}

@@ -21,6 +21,16 @@ type InjectionGate struct{}
 // Name implements Gate.
 func (InjectionGate) Name() string { return GateInjection }
 
+// failedPods is the failing verdict of the workloads whose pods were
+// named, their reasons joined.
+func failedPods(failed []canary.WorkloadState) canary.Verdict {
+	reasons := make([]string, 0, len(failed))
+	for _, f := range failed {
+		reasons = append(reasons, f.Reason)
+	}
+	return canary.Verdict{Result: canary.ResultFail, Reason: strings.Join(reasons, "; "), Failed: failed}
+}
+
 // Evaluate implements Gate.
 func (InjectionGate) Evaluate(_ context.Context, wave canary.WaveUnderTest, now time.Time) canary.Verdict {
 	if wave.Ambient {
@@ -47,11 +57,7 @@ func (InjectionGate) Evaluate(_ context.Context, wave canary.WaveUnderTest, now 
 		}
 	}
 	if len(failed) > 0 {
-		reasons := make([]string, 0, len(failed))
-		for _, f := range failed {
-			reasons = append(reasons, f.Reason)
-		}
-		return canary.Verdict{Result: canary.ResultFail, Reason: strings.Join(reasons, "; "), Failed: failed}
+		return failedPods(failed)
 	}
 	return canary.Verdict{Result: canary.ResultPass, Reason: fmt.Sprintf("%d new pods injected by %s", checked, wave.Expect)}
 }

@@ -25,6 +25,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/ptr"
 )
@@ -449,18 +450,7 @@ func (m *Mesh) InstallZtunnel(ctx context.Context, rev string) error {
 	if m.istio == nil {
 		return fmt.Errorf("ztunnel needs the real istiod")
 	}
-	cmd := exec.CommandContext(ctx, m.istio.Helm, "template", "ztunnel", filepath.Join(m.istio.Charts, "ztunnel"),
-		"--namespace", m.opts.RootNamespace,
-		"--set", "revision="+rev,
-		"--set", "global.istioNamespace="+m.opts.RootNamespace,
-		"--set", "tag="+m.istio.Version)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return fmt.Errorf("helm template ztunnel %s: %w: %s", rev, err, stderr.String())
-	}
-	objs, err := decodeObjects(bytes.NewReader(out))
+	objs, err := m.renderRootChart(ctx, "ztunnel", "revision="+rev)
 	if err != nil {
 		return err
 	}
@@ -479,22 +469,29 @@ func (m *Mesh) InstallCNI(ctx context.Context) error {
 	if m.istio == nil {
 		return fmt.Errorf("istio-cni needs Istio's charts")
 	}
-	cmd := exec.CommandContext(ctx, m.istio.Helm, "template", "istio-cni", filepath.Join(m.istio.Charts, "istio-cni"),
-		"--namespace", m.opts.RootNamespace,
-		"--set", "ambient.enabled=true",
-		"--set", "global.istioNamespace="+m.opts.RootNamespace,
-		"--set", "tag="+m.istio.Version)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return fmt.Errorf("helm template istio-cni: %w: %s", err, stderr.String())
-	}
-	objs, err := decodeObjects(bytes.NewReader(out))
+	objs, err := m.renderRootChart(ctx, "istio-cni", "ambient.enabled=true")
 	if err != nil {
 		return err
 	}
 	return m.apply.apply(ctx, objs)
+}
+
+// renderRootChart renders one of Istio's charts for the root namespace,
+// with this Istio's tag and the values given (key=value).
+func (m *Mesh) renderRootChart(ctx context.Context, chart string, values ...string) ([]*unstructured.Unstructured, error) {
+	args := []string{"template", chart, filepath.Join(m.istio.Charts, chart), "--namespace", m.opts.RootNamespace,
+		"--set", "global.istioNamespace=" + m.opts.RootNamespace, "--set", "tag=" + m.istio.Version}
+	for _, v := range values {
+		args = append(args, "--set", v)
+	}
+	cmd := exec.CommandContext(ctx, m.istio.Helm, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("helm template %s %v: %w: %s", chart, values, err, stderr.String())
+	}
+	return decodeObjects(bytes.NewReader(out))
 }
 
 // Ztunnel is the simulated ztunnel of a ztunnel pod, or nil.
