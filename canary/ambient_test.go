@@ -594,3 +594,59 @@ func TestAScaledDownWorkloadOutsideTheMeshHoldsTheNamespaceEnrolmentBack(t *test
 	assert.False(t, s.status.NamespaceEnrolled, "the namespace was enrolled: batch's pods enter ambient as soon as it scales up")
 	assert.NotEqual(t, DataplaneAmbient, s.snap.Namespace.Labels[LabelDataplaneMode])
 }
+
+// A GitOps tool that keeps the namespace enrolled in ambient while
+// meshwave rolls it back is fought as istio.io/rev is: put back twice,
+// then left with a pause, never rewritten on every decision.
+func TestARollbackFromAnEnrolledNamespaceStopsFightingWhoeverEnrolsItAgain(t *testing.T) {
+	s := ambientSim(t, deploy("a"), deploy("b"), deploy("c"))
+	s.snap.Namespace.Labels[LabelArgoInstance] = "platform"
+	s.playUntil(PhaseCompleted)
+	require.True(t, s.status.NamespaceEnrolled)
+	s.snap.Namespace.Annotations[AnnotationRollback] = "all"
+	s.now = s.now.Add(time.Minute)
+	d := s.decide(nil)
+	require.Equal(t, PhaseRollingBack, d.Status.Phase, d.Status.Reason)
+	require.Equal(t, "1-26", d.Label)
+	require.True(t, d.UnenrolNamespace)
+
+	writes := 1
+	for n := 1; n <= 6; n++ {
+		// The tool syncs the namespace back to git: enrolled, no revision.
+		s.snap.Namespace.Labels[LabelDataplaneMode] = DataplaneAmbient
+		delete(s.snap.Namespace.Labels, LabelRev)
+		s.now = s.now.Add(time.Second)
+		s.events = nil
+		d = s.decide(nil)
+		if d.Label != "" || d.UnenrolNamespace {
+			writes++
+			assert.Equal(t, "1-26", d.Label)
+			assert.True(t, d.UnenrolNamespace, "put back whole: the revision and out of ambient")
+			assert.Equal(t, []string{"LabelReverted"}, s.reasons(), "write %d", writes)
+		}
+	}
+	assert.Equal(t, labelRevertLimit, writes, "the rollback's write and two puts back, then no more")
+	assert.Equal(t, PhasePaused, s.status.Phase)
+	assert.Contains(t, s.status.Reason, "istio.io/rev on namespace shop was switched away from 1-26 3 times by Argo CD application platform: meshwave leaves it at istio.io/dataplane-mode=ambient and no istio.io/rev rather than fight, and pods created now come up in ambient")
+}
+
+// A tool that puts only istio.io/dataplane-mode back, leaving the revision
+// label meshwave wrote, is a revert too.
+func TestARollbackFromAnEnrolledNamespaceCountsADataplaneLabelPutBackAsARevert(t *testing.T) {
+	s := ambientSim(t, deploy("a"), deploy("b"), deploy("c"))
+	s.playUntil(PhaseCompleted)
+	s.snap.Namespace.Annotations[AnnotationRollback] = "all"
+	s.now = s.now.Add(time.Minute)
+	s.decide(nil)
+	require.Equal(t, "1-26", s.snap.Namespace.Labels[LabelRev])
+	writes := 0
+	for n := 1; n <= 5; n++ {
+		s.snap.Namespace.Labels[LabelDataplaneMode] = DataplaneAmbient
+		s.now = s.now.Add(time.Second)
+		if d := s.decide(nil); d.UnenrolNamespace {
+			writes++
+		}
+	}
+	assert.Equal(t, labelRevertLimit-1, writes)
+	assert.Equal(t, PhasePaused, s.status.Phase)
+}

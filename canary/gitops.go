@@ -370,11 +370,13 @@ func labelReverted(m *machine) bool {
 	}
 	owned := prev.ownedLabel()
 	current, has := m.snap().Namespace.Labels[LabelRev]
-	if owned == "" || owned != st.ownedLabel() || current == owned {
+	// An enrolled namespace going forward was enrolled by the move itself
+	// and carries no istio.io/rev (ensureLabel); rolling back, meshwave
+	// owns the revision label and the namespace out of ambient, and either
+	// one put back is a revert.
+	enrolled := st.Mode == ModeAmbient && m.snap().Namespace.Labels[LabelDataplaneMode] == DataplaneAmbient
+	if owned == "" || owned != st.ownedLabel() || (current == owned && !enrolled) || (enrolled && !st.rollingBack()) {
 		return false
-	}
-	if st.Mode == ModeAmbient && m.snap().Namespace.Labels[LabelDataplaneMode] == DataplaneAmbient {
-		return false // enrolled by the move itself: it carries no istio.io/rev (ensureLabel)
 	}
 	ns := m.snap().Namespace
 	object := "Namespace/" + ns.Name
@@ -387,6 +389,13 @@ func labelReverted(m *machine) bool {
 	if !has {
 		now = "no " + LabelRev
 	}
+	left := current
+	if enrolled {
+		now = fmt.Sprintf("%s=%s and %s", LabelDataplaneMode, DataplaneAmbient, now)
+	}
+	if enrolled || !has {
+		left = now
+	}
 	who := ownerOrSomeone(o, owned2)
 	hand := fmt.Sprintf("hand the label over: set %s=%s in git and let meshwave run the waves, or %s", LabelRev, owned, handOver(o, owned2, "/metadata/labels/istio.io~1rev"))
 	m.out.Reverts = append(m.out.Reverts, RevertSeen{Kind: RevertLabel, Owner: o.ID()})
@@ -397,8 +406,12 @@ func labelReverted(m *machine) bool {
 		st.warn(LabelRev+" on namespace", msg)
 		return false
 	}
-	reason := fmt.Sprintf("%s on namespace %s was switched away from %s %d times by %s: meshwave leaves it at %s rather than fight, and pods created now get that revision; %s, then remove %s",
-		LabelRev, ns.Name, owned, r.Count, who, current, hand, AnnotationPaused)
+	created := "pods created now get that revision"
+	if enrolled {
+		created = "pods created now come up in ambient"
+	}
+	reason := fmt.Sprintf("%s on namespace %s was switched away from %s %d times by %s: meshwave leaves it at %s rather than fight, and %s; %s, then remove %s",
+		LabelRev, ns.Name, owned, r.Count, who, left, created, hand, AnnotationPaused)
 	m.event("", EventWarning, "LabelReverted", reason)
 	st.warn(LabelRev+" on namespace", reason)
 	switch {
