@@ -12,7 +12,10 @@ import (
 
 // ambientHolders lists the pods that run no sidecar, enrolled in ambient
 // mode (by their own istio.io/dataplane-mode=ambient, or by their
-// namespace's unless they say none), on nodes where a ztunnel of revision
+// namespace's unless they say none) and redirected to ztunnel by the
+// istio-cni node agent (ambient.istio.io/redirection: enabled: a pod on
+// the host's network, or one it has not reached, is never redirected and
+// holds nothing), on nodes where a ztunnel of revision
 // runs (a pod app=ztunnel of the root namespace annotated istio.io/rev of
 // it, as Istio's chart writes it, or labelled so; neither is "default"): removing the revision leaves them without
 // a data plane. Grouped by namespace and owner, in name order.
@@ -57,7 +60,8 @@ func (c *Caches) ambientHolders(rootNamespace, revision string) ([]canary.Ambien
 		mode := p.Labels[canary.LabelDataplaneMode]
 		enrolled := mode == canary.DataplaneAmbient || ambientNS[p.Namespace] && mode != "none"
 		switch {
-		case !enrolled, p.Revision != "", p.DeletionTimestamp != nil, !served[p.Node],
+		case !enrolled, p.Annotations[canary.AnnotationRedirection] != canary.RedirectionEnabled,
+			p.Revision != "", p.DeletionTimestamp != nil, !served[p.Node],
 			p.Phase == corev1.PodSucceeded || p.Phase == corev1.PodFailed, p.Namespace == rootNamespace && p.Labels["app"] == "ztunnel":
 			continue
 		}

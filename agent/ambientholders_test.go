@@ -30,6 +30,13 @@ func TestHoldersListThePodsInAmbientThroughTheRevisionsZtunnels(t *testing.T) {
 		p.Annotations = map[string]string{k: v}
 		return p
 	}
+	redirected := func(p *corev1.Pod) *corev1.Pod {
+		return annotated(p, canary.AnnotationRedirection, "enabled")
+	}
+	hostNetwork := func(p *corev1.Pod) *corev1.Pod {
+		p.Spec.HostNetwork = true
+		return p
+	}
 	ambient := map[string]string{canary.LabelDataplaneMode: canary.DataplaneAmbient}
 	rs := owned("apps/v1", "ReplicaSet", "web-5d8f9")
 	objs := []runtime.Object{
@@ -37,11 +44,16 @@ func TestHoldersListThePodsInAmbientThroughTheRevisionsZtunnels(t *testing.T) {
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "amb"}},
 		annotated(onNode(injectedPod("istio-system", "ztunnel-a", "", corev1.PodRunning, owned("apps/v1", "DaemonSet", "ztunnel")), "n1", map[string]string{"app": "ztunnel"}), canary.LabelRev, "1-26"),
 		onNode(injectedPod("istio-system", "ztunnel-b", "", corev1.PodRunning, owned("apps/v1", "DaemonSet", "ztunnel")), "n2", map[string]string{"app": "ztunnel", canary.LabelRev: "1-27"}),
-		// Enrolled by their namespace, or by their own label.
-		onNode(injectedPod("shop", "web-5d8f9-a", "", corev1.PodRunning, rs), "n1", nil),
-		onNode(injectedPod("amb", "db-0", "", corev1.PodRunning, owned("apps/v1", "StatefulSet", "db")), "n1", ambient),
+		// Enrolled by their namespace, or by their own label, and
+		// redirected by istio-cni.
+		redirected(onNode(injectedPod("shop", "web-5d8f9-a", "", corev1.PodRunning, rs), "n1", nil)),
+		redirected(onNode(injectedPod("amb", "db-0", "", corev1.PodRunning, owned("apps/v1", "StatefulSet", "db")), "n1", ambient)),
+		// Enrolled, but never redirected: a pod on the host's network
+		// (istio-cni skips it) and one istio-cni has not reached yet.
+		hostNetwork(onNode(injectedPod("shop", "node-exporter-x", "", corev1.PodRunning, owned("apps/v1", "DaemonSet", "node-exporter")), "n1", nil)),
+		onNode(injectedPod("shop", "fresh", "", corev1.PodRunning, nil), "n1", nil),
 		// Through another revision's ztunnel; opted out; with a sidecar; done.
-		onNode(injectedPod("shop", "web-5d8f9-b", "", corev1.PodRunning, rs), "n2", nil),
+		redirected(onNode(injectedPod("shop", "web-5d8f9-b", "", corev1.PodRunning, rs), "n2", nil)),
 		onNode(injectedPod("shop", "legacy", "", corev1.PodRunning, nil), "n1", map[string]string{canary.LabelDataplaneMode: "none"}),
 		onNode(injectedPod("amb", "api-1", "1-26", corev1.PodRunning, nil), "n1", ambient),
 		onNode(injectedPod("amb", "job-x", "", corev1.PodSucceeded, nil), "n1", ambient),
