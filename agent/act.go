@@ -100,7 +100,7 @@ func (c *Controller) writeNamespace(ctx context.Context, ns *corev1.Namespace, p
 	if d.ClearRollback {
 		annotations[canary.AnnotationRollback] = nil
 	}
-	fenceOnly := len(annotations) == 0 && d.Label == "" && !d.EnrolNamespace
+	fenceOnly := len(annotations) == 0 && d.Label == "" && !d.EnrolNamespace && d.UseWaypoint == "" && !d.RemoveWaypoint
 	if fenceOnly && len(d.Moves) == 0 && len(d.Evictions) == 0 {
 		return nil
 	}
@@ -112,16 +112,28 @@ func (c *Controller) writeNamespace(ctx context.Context, ns *corev1.Namespace, p
 	if len(annotations) > 0 {
 		metadata["annotations"] = annotations
 	}
+	labels := map[string]any{}
 	switch {
 	case d.EnrolNamespace:
 		// The move to ambient completed: the namespace is enrolled and
 		// loses its injection labels, in the write of the status that
 		// says so.
-		metadata["labels"] = map[string]any{canary.LabelDataplaneMode: canary.DataplaneAmbient, canary.LabelRev: nil, canary.LabelInjection: nil}
+		labels[canary.LabelDataplaneMode], labels[canary.LabelRev], labels[canary.LabelInjection] = canary.DataplaneAmbient, nil, nil
 	case d.UnenrolNamespace:
-		metadata["labels"] = map[string]any{canary.LabelRev: d.Label, canary.LabelDataplaneMode: nil}
+		labels[canary.LabelRev], labels[canary.LabelDataplaneMode] = d.Label, nil
 	case d.Label != "":
-		metadata["labels"] = map[string]string{canary.LabelRev: d.Label}
+		labels[canary.LabelRev] = d.Label
+	}
+	// The waypoint, in the write of the status that records meshwave set
+	// it (or took it off).
+	switch {
+	case d.UseWaypoint != "":
+		labels[canary.LabelUseWaypoint] = d.UseWaypoint
+	case d.RemoveWaypoint:
+		labels[canary.LabelUseWaypoint] = nil
+	}
+	if len(labels) > 0 {
+		metadata["labels"] = labels
 	}
 	if d.Status != nil && canary.TakesSlot(prev, d.Status) {
 		c.markStarting(ns.Name)
@@ -166,6 +178,12 @@ func (c *Controller) writeNamespace(ctx context.Context, ns *corev1.Namespace, p
 	}
 	if d.EnrolNamespace {
 		logger.Info("Enrolled the namespace in ambient", "label", canary.LabelDataplaneMode, "value", canary.DataplaneAmbient)
+	}
+	if d.UseWaypoint != "" {
+		logger.Info("Put the namespace behind its waypoint", "label", canary.LabelUseWaypoint, "value", d.UseWaypoint)
+	}
+	if d.RemoveWaypoint {
+		logger.Info("Took the namespace's waypoint label off", "label", canary.LabelUseWaypoint)
 	}
 	return nil
 }

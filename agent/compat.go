@@ -31,8 +31,10 @@ var (
 	// The security kinds the move to ambient's prechecks read.
 	peerAuthenticationsResource   = schema.GroupVersionResource{Group: "security.istio.io", Version: "v1", Resource: "peerauthentications"}
 	authorizationPoliciesResource = schema.GroupVersionResource{Group: "security.istio.io", Version: "v1", Resource: "authorizationpolicies"}
-	compatResources               = []schema.GroupVersionResource{envoyFiltersResource, telemetriesResource, sailIstiosResource,
-		peerAuthenticationsResource, authorizationPoliciesResource}
+	// The Gateway API's gateways, for a move to ambient's waypoint.
+	gatewaysResource = schema.GroupVersionResource{Group: "gateway.networking.k8s.io", Version: "v1", Resource: "gateways"}
+	compatResources  = []schema.GroupVersionResource{envoyFiltersResource, telemetriesResource, sailIstiosResource,
+		peerAuthenticationsResource, authorizationPoliciesResource, gatewaysResource}
 )
 
 // compatRecheck is how often discovery is asked again for the kinds whose
@@ -286,6 +288,20 @@ func slimCompat(gvr schema.GroupVersionResource) cache.TransformFunc {
 			keep("spec", "selector")
 			keep("spec", "mtls")
 			keep("spec", "portLevelMtls")
+		case gatewaysResource:
+			// Its listeners and addresses stay out: the waypoint step
+			// reads its class, revision and Programmed condition.
+			if rev, ok := u.GetLabels()[canary.LabelRev]; ok {
+				out.SetLabels(map[string]string{canary.LabelRev: rev})
+			}
+			keep("spec", "gatewayClassName")
+			conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+			for _, c := range conds {
+				if cm, _ := c.(map[string]any); cm != nil && cm["type"] == "Programmed" {
+					slim := map[string]any{"type": "Programmed", "status": cm["status"], "reason": cm["reason"], "message": cm["message"]}
+					_ = unstructured.SetNestedSlice(out.Object, []any{slim}, "status", "conditions")
+				}
+			}
 		case authorizationPoliciesResource:
 			keep("spec", "selector")
 			keep("spec", "targetRef")
@@ -358,7 +374,26 @@ func (cc *compatCaches) gather(ns, rootNamespace string) canary.Compat {
 			out.AuthorizationPolicies = append(out.AuthorizationPolicies, ap)
 		}
 	}
+	for _, u := range cc.list(gatewaysResource, ns) {
+		g := canary.Gateway{Namespace: u.GetNamespace(), Name: u.GetName(), Revision: u.GetLabels()[canary.LabelRev]}
+		g.Class, _, _ = unstructured.NestedString(u.Object, "spec", "gatewayClassName")
+		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+		g.ProgrammedWhy = "no Programmed condition"
+		for _, c := range conds {
+			if cm, _ := c.(map[string]any); cm != nil && cm["type"] == "Programmed" {
+				g.Programmed = cm["status"] == "True"
+				g.ProgrammedWhy = fmt.Sprintf("%v: %v", cm["reason"], cm["message"])
+			}
+		}
+		out.Gateways = append(out.Gateways, g)
+	}
 	cc.mu.Lock()
+	_, out.GatewayAPI = cc.informers[gatewaysResource]
+	if err, ok := cc.unknown[gatewaysResource]; ok && !out.GatewayAPI {
+		out.Unread = append(out.Unread, fmt.Sprintf("%s: %v", gatewaysResource.Resource, err))
+	} else if inf, watched := cc.informers[gatewaysResource]; watched && !inf.HasSynced() {
+		out.Unread = append(out.Unread, gatewaysResource.Resource+": not read yet")
+	}
 	for _, gvr := range []schema.GroupVersionResource{peerAuthenticationsResource, authorizationPoliciesResource} {
 		if err, ok := cc.unknown[gvr]; ok {
 			out.Unread = append(out.Unread, fmt.Sprintf("%s: %v", gvr.Resource, err))

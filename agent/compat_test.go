@@ -67,6 +67,16 @@ func unstructuredObj(gvr schema.GroupVersionResource, kind, ns, name string, spe
 	return u
 }
 
+func withLabels(u *unstructured.Unstructured, l map[string]string) *unstructured.Unstructured {
+	u.SetLabels(l)
+	return u
+}
+
+func withStatus(u *unstructured.Unstructured, status map[string]any) *unstructured.Unstructured {
+	u.Object["status"] = status
+	return u
+}
+
 func compatObjects() []runtime.Object {
 	return []runtime.Object{
 		unstructuredObj(envoyFiltersResource, "EnvoyFilter", "istio-system", "lua", map[string]any{
@@ -108,12 +118,32 @@ func compatObjects() []runtime.Object {
 	}
 }
 
+// gatewayObjects are created by resource: the fake client would guess
+// "gatewaies" from the kind.
+func gatewayObjects() []runtime.Object {
+	return []runtime.Object{
+		withStatus(withLabels(unstructuredObj(gatewaysResource, "Gateway", "shop", "waypoint", map[string]any{
+			"gatewayClassName": "istio-waypoint",
+			"listeners":        []any{map[string]any{"name": "mesh", "port": int64(15008), "protocol": "HBONE"}},
+		}), map[string]string{canary.LabelRev: "1-26", "team": "shop"}), map[string]any{"conditions": []any{
+			map[string]any{"type": "Accepted", "status": "True", "reason": "Accepted", "message": "ok"},
+			map[string]any{"type": "Programmed", "status": "False", "reason": "Pending", "message": "Deployment waypoint is not ready"},
+		}}),
+		unstructuredObj(gatewaysResource, "Gateway", "media", "elsewhere", map[string]any{"gatewayClassName": "istio-waypoint"}),
+	}
+}
+
 func newCompatCaches(t *testing.T, disc *servedKinds, recheck time.Duration) (*Caches, *dynamicfake.FakeDynamicClient) {
 	t.Helper()
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
 		envoyFiltersResource: "EnvoyFilterList", telemetriesResource: "TelemetryList", sailIstiosResource: "IstioList",
 		peerAuthenticationsResource: "PeerAuthenticationList", authorizationPoliciesResource: "AuthorizationPolicyList",
+		gatewaysResource: "GatewayList",
 	}, compatObjects()...)
+	for _, o := range gatewayObjects() {
+		u := o.(*unstructured.Unstructured)
+		require.NoError(t, dyn.Tracker().Create(gatewaysResource, u, u.GetNamespace()))
+	}
 	c := NewCaches(fake.NewClientset(), 0, nil)
 	c.WatchCompat(dyn, disc, 0)
 	c.compat.recheck = recheck
@@ -231,4 +261,19 @@ func TestPoliciesWhoseKindDiscoveryCannotAnswerForAreUnread(t *testing.T) {
 		"peerauthentications: the server is currently unable to handle the request",
 		"authorizationpolicies: the server is currently unable to handle the request",
 	}, got.Unread)
+}
+
+func TestTheNamespacesGatewaysAreGatheredForItsWaypoint(t *testing.T) {
+	disc := &servedKinds{served: map[schema.GroupVersionResource]bool{gatewaysResource: true}}
+	c, _ := newCompatCaches(t, disc, time.Hour)
+	got := gatherShop(t, c)
+	assert.True(t, got.GatewayAPI)
+	assert.Equal(t, []canary.Gateway{{Namespace: "shop", Name: "waypoint", Class: "istio-waypoint", Revision: "1-26",
+		ProgrammedWhy: "Pending: Deployment waypoint is not ready"}}, got.Gateways)
+	assert.Empty(t, got.Unread)
+
+	without, _ := newCompatCaches(t, &servedKinds{served: map[schema.GroupVersionResource]bool{}}, time.Hour)
+	got = gatherShop(t, without)
+	assert.False(t, got.GatewayAPI, "a cluster without the Gateway API's CRDs serves no gateways")
+	assert.Empty(t, got.Gateways)
 }

@@ -23,7 +23,7 @@ func (r *Reading) adopt(m migrationOnRecord, typ EventType, reason, why string) 
 // rebuilt is the status of migration m to from's target, from its records.
 func (r *Reading) rebuilt(from *Status, m migrationOnRecord) *Status {
 	st := &Status{
-		Target: from.Target, TargetRevision: from.TargetRevision, Mode: m.Mode,
+		Target: from.Target, TargetRevision: from.TargetRevision, Mode: m.Mode, WaypointSet: m.Waypoint,
 		StartedAt: timePtr(m.StartedAt), Wave: m.LastWave, GatesSince: timePtr(r.now),
 	}
 	st.SourceLabel, st.SourceRevision = r.sourceOnRecord(m, from.TargetRevision)

@@ -190,7 +190,11 @@ func ambientPrecheck(m *machine) string {
 	if why := policiesUnread(m.snap().Compat); why != "" {
 		return why
 	}
-	return policyBlocks(m.snap().Compat, m.ns, moved)
+	if why := policyBlocks(m.snap().Compat, m.ns, moved); why != "" {
+		return why
+	}
+	why, _ := waypointProblem(m)
+	return why
 }
 
 // noZtunnel says which nodes running a pod of the workloads to move have
@@ -253,7 +257,13 @@ func ambientWaveHeld(m *machine) string {
 	if why := noZtunnel(m.snap(), moved); why != "" {
 		return why
 	}
-	return policyBlocks(m.snap().Compat, m.ns, moved)
+	if why := policyBlocks(m.snap().Compat, m.ns, moved); why != "" {
+		return why
+	}
+	if why, passing := waypointProblem(m); !passing {
+		return why
+	}
+	return ""
 }
 
 // ambientWaveWaits says why the next wave of a move to ambient waits
@@ -263,7 +273,13 @@ func ambientWaveWaits(m *machine) string {
 	if m.st.Mode != ModeAmbient || m.plan().Remaining() == 0 {
 		return ""
 	}
-	return policiesUnread(m.snap().Compat)
+	if why := policiesUnread(m.snap().Compat); why != "" {
+		return why
+	}
+	if why, passing := waypointProblem(m); passing {
+		return why
+	}
+	return ""
 }
 
 // enrolNamespace, on a completed move to ambient, labels the namespace

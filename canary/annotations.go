@@ -30,6 +30,10 @@ const (
 	// Namespace: "ambient" moves the workloads out of their sidecars into
 	// ambient mode; "sidecar", the default, onto the target's sidecar.
 	AnnotationTargetMode = "meshwave.io/target-mode"
+	// AnnotationWaypoint names the waypoint (a Gateway of class
+	// istio-waypoint in the namespace) a move to ambient puts the
+	// namespace behind, with istio.io/use-waypoint, before its first wave.
+	AnnotationWaypoint = "meshwave.io/waypoint"
 	// Deployment: lower values go first; default 100.
 	AnnotationWave = "meshwave.io/wave"
 	// Deployment: "true" is never touched.
@@ -95,7 +99,10 @@ func (e InputError) Error() string {
 type NamespaceSettings struct {
 	Target string
 	// Mode is what the target's workloads run: a sidecar, or ambient.
-	Mode          Mode
+	Mode Mode
+	// Waypoint is the waypoint a move to ambient puts the namespace
+	// behind; "" for none.
+	Waypoint      string
 	Priority      int
 	Paused        bool
 	Rollback      RollbackScope
@@ -156,6 +163,18 @@ func ParseNamespace(name string, annotations map[string]string) (NamespaceSettin
 			bad(AnnotationTargetMode, v, `"sidecar" or "ambient"`)
 		}
 		s.Mode = mode
+	}
+	if v, ok := annotations[AnnotationWaypoint]; ok {
+		// The name becomes the istio.io/use-waypoint label: a Gateway's
+		// name that is also a label value.
+		switch {
+		case len(validation.IsDNS1123Label(v)) > 0:
+			bad(AnnotationWaypoint, v, "the name of a Gateway of class istio-waypoint in the namespace (a DNS-1123 label)")
+		case s.Mode != ModeAmbient:
+			bad(AnnotationWaypoint, v, "set only with "+AnnotationTargetMode+"=ambient: a waypoint serves pods in ambient")
+		default:
+			s.Waypoint = v
+		}
 	}
 	if v, ok := annotations[AnnotationPriority]; ok {
 		p, err := strconv.Atoi(v)

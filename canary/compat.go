@@ -29,6 +29,25 @@ type Compat struct {
 	// Unread names the security kinds that could not be read, and why:
 	// the move to ambient waits for them.
 	Unread []string
+	// Gateways are the namespace's Gateway API Gateways, for its
+	// waypoint; GatewayAPI says whether the cluster serves them at all.
+	Gateways   []Gateway
+	GatewayAPI bool
+}
+
+// Gateway is the part of a gateway.networking.k8s.io Gateway the waypoint
+// step reads.
+type Gateway struct {
+	Namespace, Name string
+	// Class is spec.gatewayClassName.
+	Class string
+	// Revision is its istio.io/rev label, "" when it has none (the
+	// namespace's revision then deploys it).
+	Revision string
+	// Programmed is its Programmed condition's status; ProgrammedWhy the
+	// condition's reason and message when it is not True.
+	Programmed    bool
+	ProgrammedWhy string
 }
 
 // EnvoyFilter is the part of a networking.istio.io EnvoyFilter the

@@ -79,6 +79,12 @@ type Decision struct {
 	// as Label is set: a rollback of a move to ambient that had enrolled
 	// it.
 	UnenrolNamespace bool
+	// UseWaypoint labels the namespace istio.io/use-waypoint with the
+	// waypoint's name, in the same write as the status, before a move to
+	// ambient's first wave; RemoveWaypoint takes that label off again,
+	// once a rollback returned every pod to a sidecar.
+	UseWaypoint    string
+	RemoveWaypoint bool
 	// Moves are the workload patches.
 	Moves []Move
 	// Evictions replace the pods of OnDelete members, one per workload at

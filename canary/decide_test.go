@@ -77,6 +77,12 @@ func (s *sim) apply(d Decision) {
 	if d.UnenrolNamespace {
 		delete(s.snap.Namespace.Labels, LabelDataplaneMode)
 	}
+	if d.UseWaypoint != "" {
+		s.snap.Namespace.Labels[LabelUseWaypoint] = d.UseWaypoint
+	}
+	if d.RemoveWaypoint {
+		delete(s.snap.Namespace.Labels, LabelUseWaypoint)
+	}
 	if d.EnrolNamespace {
 		s.snap.Namespace.Labels[LabelDataplaneMode] = DataplaneAmbient
 		delete(s.snap.Namespace.Labels, LabelRev)

@@ -55,6 +55,10 @@ type MoveRecord struct {
 	// move to ambient set it to "false": its rollback puts it back. Empty
 	// when the template had none.
 	PriorInject string `json:"priorInject,omitempty"`
+	// Waypoint is the istio.io/use-waypoint value meshwave had put on the
+	// namespace when it made a move to ambient: a status lost since is
+	// rebuilt knowing the label is meshwave's to take off.
+	Waypoint string `json:"waypoint,omitempty"`
 }
 
 // restartSecond is the restart stamp r accounts for: its Stamp, or the
@@ -158,6 +162,8 @@ func (r MoveRecord) valid() bool {
 	case r.Mode != ModeSidecar && r.Mode != ModeAmbient:
 		return false
 	case r.PriorInject != "" && (r.Mode != ModeAmbient || len(validation.IsValidLabelValue(r.PriorInject)) > 0):
+		return false
+	case r.Waypoint != "" && (r.Mode != ModeAmbient || len(validation.IsDNS1123Label(r.Waypoint)) > 0):
 		return false
 	}
 	// A forward move goes to the migration's target; a rollback comes from it.

@@ -1,6 +1,7 @@
 package canary
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -24,6 +25,9 @@ type migrationOnRecord struct {
 	LastWave int
 	// Mode is the migration's, as its records say.
 	Mode Mode
+	// Waypoint is the istio.io/use-waypoint meshwave set for it, as a
+	// forward record says.
+	Waypoint string
 }
 
 // migrationsOnRecord groups the namespace's move records by the migration
@@ -54,6 +58,7 @@ func migrationsOnRecord(set workloadSet, targetRevision string) []migrationOnRec
 			m.Back[w.Name] = r
 		} else {
 			m.Forward[w.Name] = r
+			m.Waypoint = cmp.Or(m.Waypoint, r.Waypoint)
 		}
 		m.LastWave = max(m.LastWave, r.Wave)
 	}

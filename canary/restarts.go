@@ -136,7 +136,7 @@ func (t *restartPass) next(m *machine) (step, bool) {
 // moveRecord is the record of a forward move in the wave in flight, made
 // at.
 func moveRecord(st *Status, at time.Time) MoveRecord {
-	return MoveRecord{Revision: st.TargetRevision, From: st.SourceRevision, SourceLabel: st.sourceLabelOnRecord(), Wave: st.Wave, At: at, Migration: st.MigrationID(), Mode: st.Mode}
+	return MoveRecord{Revision: st.TargetRevision, From: st.SourceRevision, SourceLabel: st.sourceLabelOnRecord(), Wave: st.Wave, At: at, Migration: st.MigrationID(), Mode: st.Mode, Waypoint: st.WaypointSet}
 }
 
 // restoreRecord writes back the record of a member restarted in the wave

@@ -225,6 +225,10 @@ type Status struct {
 	// the namespace istio.io/dataplane-mode=ambient and took its injection
 	// labels off: meshwave then owns no istio.io/rev.
 	NamespaceEnrolled bool `json:"namespaceEnrolled,omitempty"`
+	// WaypointSet is the istio.io/use-waypoint value meshwave put on the
+	// namespace for a move to ambient; the way back takes it off. Empty
+	// when meshwave set none (a person's label is never removed).
+	WaypointSet string `json:"waypointSet,omitempty"`
 	// SourceLabel is the istio.io/rev value before the switch, which a
 	// rollback puts back; SourceRevision is the revision it stood for.
 	SourceLabel    string `json:"sourceLabel,omitempty"`
@@ -386,6 +390,8 @@ func validateEnums(s *Status, v *statusErrors) {
 		v.bad("mode", fmt.Sprintf("%q", s.Mode), `"ambient" or empty`)
 	case s.NamespaceEnrolled && (s.Mode != ModeAmbient || s.Phase != PhaseCompleted):
 		v.bad("namespaceEnrolled", true, "set only on a completed move to ambient")
+	case s.WaypointSet != "" && (s.Mode != ModeAmbient || len(validation.IsDNS1123Label(s.WaypointSet)) > 0):
+		v.bad("waypointSet", fmt.Sprintf("%q", s.WaypointSet), "a waypoint's name, on a move to ambient")
 	}
 }
 

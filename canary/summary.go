@@ -11,6 +11,7 @@ func summarize(m *machine) {
 	if !st.labelHeld() {
 		ensureLabel(m, st.ownedLabel())
 	}
+	releaseWaypoint(m)
 	p := m.plan()
 	st.Counts, st.Kinds = count(m, p)
 	st.Skipped = p.Excluded

@@ -31,6 +31,7 @@ func startWave(m *machine) step {
 	}
 	m.event("", EventNormal, "WaveStarted", fmt.Sprintf("wave %d/%d%s started: %s", st.Wave, st.Wave+len(plan.Waves)-1, kind, strings.Join(names, ", ")))
 	ensureLabel(m, st.Target)
+	useWaypoint(m)
 	next, _ := restarts(m)
 	return next
 }

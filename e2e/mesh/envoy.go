@@ -316,7 +316,8 @@ func rdsRoutes(resp *discoveryv3.DiscoveryResponse) []string {
 }
 
 // proxyNode is the node a sidecar's istio-proxy presents: its ID
-// sidecar~<pod IP>~<pod>.<namespace>~<namespace>.svc.cluster.local and the
+// sidecar~<pod IP>~<pod>.<namespace>~<namespace>.svc.cluster.local (a
+// waypoint's begins waypoint~, as "proxy waypoint" sets it) and the
 // metadata istiod reads, PROXY_CONFIG included (istiod lists only nodes
 // that carry it in syncz).
 func proxyNode(pod *corev1.Pod, rev Revision, root string) (*corev3.Node, error) {
@@ -356,8 +357,12 @@ func proxyNode(pod *corev1.Pod, rev Revision, root string) (*corev3.Node, error)
 	if err != nil {
 		return nil, err
 	}
+	kind := "sidecar"
+	if _, ok := waypointRevision(pod); ok {
+		kind = "waypoint" // pilot-agent's "proxy waypoint"
+	}
 	return &corev3.Node{
-		Id:            fmt.Sprintf("sidecar~%s~%s.%s~%s.svc.cluster.local", pod.Status.PodIP, pod.Name, pod.Namespace, pod.Namespace),
+		Id:            fmt.Sprintf("%s~%s~%s.%s~%s.svc.cluster.local", kind, pod.Status.PodIP, pod.Name, pod.Namespace, pod.Namespace),
 		Metadata:      meta,
 		UserAgentName: "envoy",
 	}, nil

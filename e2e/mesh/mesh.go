@@ -489,14 +489,21 @@ func (m *Mesh) observePod(obj any, deleted bool) {
 		}
 		return
 	}
-	st, injected := ParseSidecarStatus(pod)
-	if !injected {
-		return
-	}
 	running := !deleted && pod.DeletionTimestamp == nil && pod.Status.Phase == corev1.PodRunning && pod.Status.PodIP != ""
-	rev := st.Revision
-	if m.istio != nil {
-		rev = m.discoveryRevision(pod, rev)
+	var rev string
+	if wrev, ok := waypointRevision(pod); ok {
+		// A waypoint istiod deployed: its istio-proxy connects to the
+		// revision its pod is annotated with, as a waypoint node.
+		rev = wrev
+	} else {
+		st, injected := ParseSidecarStatus(pod)
+		if !injected {
+			return
+		}
+		rev = st.Revision
+		if m.istio != nil {
+			rev = m.discoveryRevision(pod, rev)
+		}
 	}
 	for name, d := range istiods {
 		d.observeProxyPod(pod, running && name == rev)
