@@ -92,7 +92,12 @@ func (g SyncGate) Evaluate(ctx context.Context, wave canary.WaveUnderTest, now t
 	if v, wait := notDue(wave, GateSync, g.Interval, now); wait {
 		return v
 	}
-	return g.judge(wave, g.observe(ctx, wave), now)
+	v := g.judge(wave, g.observe(ctx, wave), now)
+	if wave.Ambient && wave.Waypoint != "" {
+		ww := waypointWave(wave)
+		v = withWaypoint(v, g.judge(ww, g.observe(ctx, ww), now), wave)
+	}
+	return v
 }
 
 // observe asks istiod what the gate needs for one run: each Ready istiod of

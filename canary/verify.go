@@ -20,6 +20,12 @@ type WaveUnderTest struct {
 	// rollback, which expects Expect's sidecar again.
 	Ambient  bool
 	Rollback bool
+	// Waypoint is the namespace's istio.io/use-waypoint on a wave into
+	// ambient, and WaypointPods the live pods istiod deployed for it:
+	// their proxies must be in sync with the target's istiod, as a
+	// sidecar's. Empty without one.
+	Waypoint     string
+	WaypointPods []Pod
 	// Workloads are the members still under test.
 	Workloads []WaveWorkload
 	// Unmoved are the object names of the namespace's workloads that this
@@ -73,6 +79,9 @@ func (r Reading) WaveToVerify() (WaveUnderTest, bool) {
 	out.Expect, out.Rollback, out.Ambient = st.TargetRevision, false, st.Mode == ModeAmbient
 	if st.Phase == PhaseRollingBack {
 		out.Expect, out.Rollback, out.Ambient = st.SourceRevision, true, false
+	}
+	if name := r.Snapshot.Namespace.Labels[LabelUseWaypoint]; out.Ambient && name != "" {
+		out.Waypoint, out.WaypointPods = name, waypointPods(&r.Snapshot, name)
 	}
 	for _, w := range members {
 		// Every member carries a record: of this move, or of this rollback.

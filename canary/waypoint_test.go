@@ -178,3 +178,14 @@ func TestAnInvalidWaypointIsRefusedNamingTheKey(t *testing.T) {
 	assert.Empty(t, d.Moves)
 	assert.Empty(t, d.UseWaypoint)
 }
+
+func TestAWaveBehindAWaypointIsVerifiedWithTheWaypointsPods(t *testing.T) {
+	s := waypointSim(t, deploy("a"), deploy("b"))
+	s.decide(nil)
+	s.rollOutAmbient("a")
+	w, ok := waveToVerify(s.snap, s.status, s.cfg)
+	require.True(t, ok)
+	assert.Equal(t, "waypoint", w.Waypoint)
+	require.Len(t, w.WaypointPods, 1)
+	assert.Equal(t, "waypoint-abc-0", w.WaypointPods[0].Name)
+}
