@@ -16,8 +16,10 @@ import (
 func TestTheSyncGateOfAWaveBehindAWaypointHoldsTheWaypointsProxiesToo(t *testing.T) {
 	istiods := map[string][]Istiod{"1-26": {replicaA}}
 	g := SyncGate{RootNamespace: "istio-system", Timeout: 2 * time.Minute, Interval: 5 * time.Second,
-		Istiods:  func(rev string) []Istiod { return istiods[rev] },
-		Ztunnels: func(string) []ZtunnelPod { return []ZtunnelPod{{Pod: "ztunnel-a", Namespace: "istio-system", Ready: true}} }}
+		Istiods: func(rev string) []Istiod { return istiods[rev] },
+		Ztunnels: func(string) []ZtunnelPod {
+			return []ZtunnelPod{{Pod: "ztunnel-a", Namespace: "istio-system", Ready: true}}
+		}}
 	w := ambientWave(member("cart", ambientPod("cart-1", "n1", true)), member("web", ambientPod("web-1", "n1", true)))
 	w.Analysis.Started = map[string]time.Time{GateSync: t0}
 	w.Waypoint, w.WaypointPods = "waypoint", []canary.Pod{{Name: "waypoint-7c9-x", Ready: true, Running: true}}
