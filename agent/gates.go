@@ -450,6 +450,6 @@ func (g Gates) BuildGates(rootNamespace string, deps GateDeps) (func(canary.Wave
 		if w.Rollback {
 			return rollback
 		}
-		return forward
+		return analysis.Applicable(forward, w)
 	}, nil
 }

@@ -2,6 +2,7 @@ package analysis
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -132,16 +133,61 @@ func TestTheSyncGateOfAWaveIntoAmbientAsksAboutTheZtunnelOfEachNewPodsNode(t *te
 	}
 }
 
-func TestTheMetricChecksOfAWaveIntoAmbientAreInconclusiveWhateverTheSidecarSeriesSay(t *testing.T) {
+func TestACheckWithoutAnAmbientFormIsInconclusiveOnAWaveIntoAmbientWhateverTheSidecarSeriesSay(t *testing.T) {
 	// Healthy sidecar series of the workload (its old pods'): they say
 	// nothing of pods that run no sidecar.
 	prom := &fakeProm{vec: model.Vector{series("cart", "value", 0), series("cart", "requests", 600)}}
-	g, err := NewMetricGate(ErrorRateCheck(0.05, 0, 50), prom, time.Minute, 30*time.Second, time.Minute, 0)
+	custom := ErrorRateCheck(0.05, 0, 50)
+	custom.Name, custom.Waypoint, custom.Ztunnel = "my-errors", nil, nil
+	g, err := NewMetricGate(custom, prom, time.Minute, 30*time.Second, time.Minute, 0)
 	require.NoError(t, err)
-	w := ambientWave(member("cart", ambientPod("cart-1", "n1", true)))
-	w.Analysis.ReadyAt = &t0
-	v := g.Evaluate(context.Background(), w, t0.Add(time.Minute))
-	assert.Equal(t, canary.ResultInconclusive, v.Result)
-	assert.Equal(t, "the wave's pods run in ambient mode, without a sidecar: the metric checks do not read ztunnel's or a waypoint's series yet, and the sidecar series say nothing of these pods", v.Reason)
+	for _, waypoint := range []string{"", "waypoint"} {
+		w := ambientWave(member("cart", ambientPod("cart-1", "n1", true)))
+		w.Analysis.ReadyAt, w.Waypoint = &t0, waypoint
+		v := g.Evaluate(context.Background(), w, t0.Add(time.Minute))
+		assert.Equal(t, canary.ResultInconclusive, v.Result)
+		assert.Contains(t, v.Reason, "this check has no query for them: the sidecar series say nothing of these pods")
+		assert.True(t, g.Applies(w), "a check that is no L7 one is asked, and stays inconclusive")
+	}
 	assert.Empty(t, prom.queries, "nothing is asked that could pass it")
+}
+
+// The built-in checks read, for a wave into ambient, the series of the
+// proxy that sees its traffic: the waypoint's (reporter="waypoint"), held
+// against the sidecars' before the restart; or without a waypoint,
+// ztunnel's failed connections, with no baseline.
+func TestTheBuiltInChecksOfAWaveIntoAmbientReadTheSeriesOfItsMode(t *testing.T) {
+	restart := t0.Add(-2 * time.Minute)
+	w := ambientWave(member("cart", ambientPod("cart-1", "n1", true)))
+	w.Workloads[0].Record.At = restart
+	w.Analysis.ReadyAt = &t0
+	errs, err := NewMetricGate(ErrorRateCheck(0.05, 1, 50), &fakeProm{}, time.Minute, 30*time.Second, time.Minute, 0)
+	require.NoError(t, err)
+	latency, err := NewMetricGate(LatencyP99Check(1000, 0.5, 50), &fakeProm{}, time.Minute, 30*time.Second, time.Minute, 0)
+	require.NoError(t, err)
+
+	behind := w
+	behind.Waypoint = "waypoint"
+	q, err := errs.Query(behind, t0)
+	require.NoError(t, err)
+	parts := strings.Split(q, " or label_replace(")
+	require.Len(t, parts, 3, q)
+	assert.Contains(t, parts[0], `rate(istio_requests_total{reporter="waypoint",destination_workload_namespace="shop",destination_workload=~"cart",response_code=~"5.."}[1m])`)
+	assert.True(t, strings.HasSuffix(parts[0], `"meshwave_series", "value", "", "")`))
+	assert.Equal(t, `sum by (destination_workload) (increase(istio_requests_total{reporter="waypoint",destination_workload_namespace="shop",destination_workload=~"cart"}[1m])), "meshwave_series", "requests", "", "")`, parts[1])
+	assert.Contains(t, parts[2], `rate(istio_requests_total{reporter="destination",destination_workload_namespace="shop",destination_workload=~"cart",response_code=~"5.."}[1m] offset 2m)`, "the baseline is the sidecars' before the restart")
+	assert.True(t, strings.HasSuffix(parts[2], `"meshwave_series", "baseline", "", "")`))
+	assert.True(t, latency.Applies(behind))
+	lq, err := latency.Query(behind, t0)
+	require.NoError(t, err)
+	assert.Contains(t, lq, `istio_request_duration_milliseconds_bucket{reporter="waypoint",`)
+
+	without := w
+	q, err = errs.Query(without, t0)
+	require.NoError(t, err)
+	assert.Contains(t, q, `istio_tcp_connections_failed_total{reporter="destination",destination_workload_namespace="shop",destination_workload=~"cart"}[1m]`)
+	assert.NotContains(t, q, "istio_requests_total", "no proxy sees a request")
+	assert.NotContains(t, q, "baseline")
+	assert.False(t, latency.Applies(without), "ztunnel measures no latency: the check does not run")
+	assert.True(t, errs.Applies(without))
 }

@@ -38,3 +38,22 @@ func (c Chain) Evaluate(ctx context.Context, wave canary.WaveUnderTest, now time
 	}
 	return out
 }
+
+// applier is a gate that runs only on some waves.
+type applier interface {
+	Applies(wave canary.WaveUnderTest) bool
+}
+
+// Applicable is the chain without the gates that do not run on wave: a
+// check of L7 telemetry on a wave into ambient without a waypoint, where
+// no proxy sees a request.
+func Applicable(c Chain, wave canary.WaveUnderTest) Chain {
+	out := make(Chain, 0, len(c))
+	for _, g := range c {
+		if a, ok := g.(applier); ok && !a.Applies(wave) {
+			continue
+		}
+		out = append(out, g)
+	}
+	return out
+}

@@ -55,6 +55,24 @@ type Check struct {
 	// Unit formats values in reasons: "ratio" as a percentage, else as is
 	// followed by the unit ("ms").
 	Unit string
+	// Waypoint and Ztunnel are the check's forms for a wave into ambient
+	// mode, whose pods run no sidecar: behind a waypoint, which reports
+	// the L7 series with reporter="waypoint"; and without one, where only
+	// ztunnel's L4 series exist. With a form, the wave's value and request
+	// count come from it; a waypoint form's baseline is still Query's,
+	// offset back to the restart, when the pods ran their sidecars. A
+	// check without the form for a wave's mode is inconclusive on it.
+	Waypoint, Ztunnel *CheckForm
+	// L7 marks a check that only L7 telemetry can measure (a latency):
+	// it does not run on a wave into ambient without a waypoint, where
+	// no proxy sees a request.
+	L7 bool
+}
+
+// CheckForm is a check's query and request count for one data-plane
+// mode, as templates with Check.Query's fields.
+type CheckForm struct {
+	Query, Requests string
 }
 
 // QueryParams are the fields a check's templates may use.
@@ -174,16 +192,50 @@ const (
 	outboundErrorQuery = `(sum by (source_workload) (rate(istio_requests_total{reporter="source",source_workload_namespace="{{.Namespace}}",source_workload=~"{{.Workloads}}",response_code=~"5.."}[{{.Window}}]{{.Offset}})) or sum by (source_workload) (rate(istio_requests_total{reporter="source",source_workload_namespace="{{.Namespace}}",source_workload=~"{{.Workloads}}"}[{{.Window}}]{{.Offset}})) * 0) / sum by (source_workload) (rate(istio_requests_total{reporter="source",source_workload_namespace="{{.Namespace}}",source_workload=~"{{.Workloads}}"}[{{.Window}}]{{.Offset}}))`
 )
 
-// ErrorRateCheck is the share of 5xx answers per workload.
-func ErrorRateCheck(threshold, tolerance, minRequests float64) Check {
-	return Check{Name: "error-rate", Query: errorRateQuery, Requests: requestsByDestination, GroupBy: "destination_workload",
-		Threshold: threshold, Tolerance: tolerance, MinRequests: minRequests, Unit: "ratio"}
+// The same over ztunnel's L4 series, for a wave into ambient without a
+// waypoint: the share of inbound connections ztunnel failed (it counts
+// them apart from those it opened), and the connections as the count.
+var (
+	connectionsByDestination = eitherSum(ztunnelSeries("increase", "opened"), ztunnelSeries("increase", "failed"))
+	connectionFailureQuery   = "(" + orZero(ztunnelSeries("rate", "failed"), ztunnelSeries("rate", "opened")) + ") / (" +
+		eitherSum(ztunnelSeries("rate", "opened"), ztunnelSeries("rate", "failed")) + ")"
+)
+
+// ztunnelSeries is fn over ztunnel's inbound connections counter of kind
+// (opened or failed), per workload.
+func ztunnelSeries(fn, kind string) string {
+	return `sum by (destination_workload) (` + fn + `(istio_tcp_connections_` + kind + `_total{reporter="destination",destination_workload_namespace="{{.Namespace}}",destination_workload=~"{{.Workloads}}"}[{{.Window}}]{{.Offset}}))`
 }
 
-// LatencyP99Check is the p99 request latency per workload, in ms.
+// orZero is a, or zero where only b has a series: a counter that never
+// moved has none.
+func orZero(a, b string) string { return "(" + a + " or " + b + " * 0)" }
+
+// eitherSum adds a and b where either has a series.
+func eitherSum(a, b string) string { return orZero(a, b) + " + " + orZero(b, a) }
+
+// throughWaypoint is a destination-side query as the waypoint reports it:
+// the same series, with reporter="waypoint".
+func throughWaypoint(q string) string {
+	return strings.ReplaceAll(q, `reporter="destination"`, `reporter="waypoint"`)
+}
+
+// ErrorRateCheck is the share of 5xx answers per workload: through its
+// waypoint for a wave into ambient behind one, and the share of failed
+// connections ztunnel reports without one.
+func ErrorRateCheck(threshold, tolerance, minRequests float64) Check {
+	return Check{Name: "error-rate", Query: errorRateQuery, Requests: requestsByDestination, GroupBy: "destination_workload",
+		Threshold: threshold, Tolerance: tolerance, MinRequests: minRequests, Unit: "ratio",
+		Waypoint: &CheckForm{Query: throughWaypoint(errorRateQuery), Requests: throughWaypoint(requestsByDestination)},
+		Ztunnel:  &CheckForm{Query: connectionFailureQuery, Requests: connectionsByDestination}}
+}
+
+// LatencyP99Check is the p99 request latency per workload, in ms: through
+// its waypoint for a wave into ambient behind one; not measured without.
 func LatencyP99Check(thresholdMs, tolerance, minRequests float64) Check {
 	return Check{Name: "latency-p99", Query: latencyP99Query, Requests: requestsByDestination, GroupBy: "destination_workload",
-		Threshold: thresholdMs, Tolerance: tolerance, MinRequests: minRequests, Unit: "ms"}
+		Threshold: thresholdMs, Tolerance: tolerance, MinRequests: minRequests, Unit: "ms", L7: true,
+		Waypoint: &CheckForm{Query: throughWaypoint(latencyP99Query), Requests: throughWaypoint(requestsByDestination)}}
 }
 
 // OutboundErrorRateCheck is the share of 5xx answers to the calls the
@@ -216,6 +268,12 @@ type MetricGate struct {
 	// QueryTimeout bounds one query.
 	QueryTimeout time.Duration
 
+	query, requests *template.Template
+	// waypoint and ztunnel are the parsed forms, nil without.
+	waypoint, ztunnel *parsedForm
+}
+
+type parsedForm struct {
 	query, requests *template.Template
 }
 
@@ -273,6 +331,23 @@ func NewMetricGate(c Check, q Querier, bake, interval, window, timeout time.Dura
 	if c.Tolerance > 0 && !offset {
 		return fail("a tolerance needs a baseline, so the query must place {{.Offset}} after its range selectors")
 	}
+	for _, f := range []struct {
+		name string
+		form *CheckForm
+		into **parsedForm
+	}{{"waypoint", c.Waypoint, &g.waypoint}, {"ztunnel", c.Ztunnel, &g.ztunnel}} {
+		if f.form == nil {
+			continue
+		}
+		var pf parsedForm
+		if pf.query, _, err = ParseQueryTemplate(c.Name+"-"+f.name, f.form.Query); err != nil {
+			return fail("%s query: %v", f.name, err)
+		}
+		if pf.requests, _, err = ParseQueryTemplate(c.Name+"-"+f.name+"-requests", f.form.Requests); err != nil {
+			return fail("%s requests: %v", f.name, err)
+		}
+		*f.into = &pf
+	}
 	return g, nil
 }
 
@@ -293,18 +368,28 @@ func (g *MetricGate) Query(wave canary.WaveUnderTest, now time.Time) (string, er
 	sort.Strings(names)
 	names = slices.Compact(names)
 	p := QueryParams{Namespace: wave.Namespace, Workloads: promqlString(strings.Join(names, "|")), Window: model.Duration(g.Window).String(), GroupBy: g.Check.GroupBy}
-	value, err := render(g.query, p)
+	query, reqs, baseline := g.query, g.requests, true
+	if wave.Ambient {
+		form := g.formOf(wave)
+		if form == nil {
+			return "", fmt.Errorf("check %s has no form for a wave into ambient %s", g.Check.Name, modeOf(wave))
+		}
+		// ztunnel's L4 series have no counterpart the sidecars reported
+		// before the restart: no baseline.
+		query, reqs, baseline = form.query, form.requests, form == g.waypoint
+	}
+	value, err := render(query, p)
 	if err != nil {
 		return "", err
 	}
-	requests, err := render(g.requests, p)
+	requests, err := render(reqs, p)
 	if err != nil {
 		return "", err
 	}
 	parts := []string{tag(value, "value"), tag(requests, "requests")}
 	// The baseline is the same expression over the window that ended when
 	// the wave's workloads were restarted.
-	if restart := restartOf(wave); !restart.IsZero() && now.After(restart) {
+	if restart := restartOf(wave); baseline && !restart.IsZero() && now.After(restart) {
 		p.Offset = " offset " + model.Duration(now.Sub(restart).Truncate(time.Second)).String()
 		baseline, err := render(g.query, p)
 		if err != nil {
@@ -354,8 +439,8 @@ func (g *MetricGate) Evaluate(ctx context.Context, wave canary.WaveUnderTest, no
 		v.Analysis = true
 		return v
 	}
-	if wave.Ambient {
-		return ambientTelemetry(g.Interval)
+	if wave.Ambient && g.formOf(wave) == nil {
+		return ambientTelemetry(g.Interval, modeOf(wave))
 	}
 	v := g.run(ctx, wave, now)
 	v.Analysis, v.Checked, v.RetryAfter = true, true, g.Interval

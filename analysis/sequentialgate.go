@@ -103,7 +103,7 @@ func (g *SequentialGate) Evaluate(ctx context.Context, wave canary.WaveUnderTest
 		return v
 	}
 	if wave.Ambient {
-		return ambientTelemetry(g.Step)
+		return ambientTelemetry(g.Step, modeOf(wave))
 	}
 	v := g.run(ctx, wave, now)
 	v.Analysis, v.Checked = true, true
