@@ -200,7 +200,10 @@ func Start(ctx context.Context, opts Options) (_ *Mesh, err error) {
 
 	m.factory = informers.NewSharedInformerFactory(m.client, 0)
 	pods := m.factory.Core().V1().Pods()
+	namespaces := m.factory.Core().V1().Namespaces()
+	namespaces.Informer() // started with the factory: the exporter reads each namespace's waypoint
 	m.traffic = newTraffic(pods.Lister(), opts.RequestRate)
+	m.traffic.namespaces, m.traffic.root = namespaces.Lister(), opts.RootNamespace
 	if err := m.traffic.start(m.host); err != nil {
 		return nil, err
 	}

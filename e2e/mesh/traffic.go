@@ -59,7 +59,9 @@ type seriesKey struct {
 	reporter            string
 	source, destination WorkloadRef
 	code                string
-	pod                 string
+	// pod and podNamespace name the reporting proxy's pod: the
+	// destination's or caller's sidecar, a waypoint, or a ztunnel.
+	pod, podNamespace string
 }
 
 type series struct {
@@ -78,9 +80,13 @@ type series struct {
 // relabelling; a pod that goes away takes its series with it. The
 // duration histogram is reported per workload (see recordLocked).
 type Traffic struct {
-	pods   corev1listers.PodLister
-	server *http.Server
-	url    string
+	pods corev1listers.PodLister
+	// namespaces say which waypoint, if any, each namespace's pods in
+	// ambient are behind; root is where the ztunnels run.
+	namespaces corev1listers.NamespaceLister
+	root       string
+	server     *http.Server
+	url        string
 
 	mu        sync.Mutex
 	rate      map[WorkloadRef]float64
@@ -88,6 +94,9 @@ type Traffic struct {
 	behaviors map[behaviorKey]Behavior
 	routes    map[WorkloadRef][]WorkloadRef // callee -> callers
 	series    map[seriesKey]*series
+	// connections are ztunnel's inbound connection counters of pods in
+	// ambient without a waypoint, code "opened" or "failed".
+	connections map[seriesKey]float64
 	// durations are the request-duration histograms, per series key
 	// without the pod: see recordLocked.
 	durations map[seriesKey]*series
@@ -106,6 +115,7 @@ func newTraffic(pods corev1listers.PodLister, defaultRate float64) *Traffic {
 		pods: pods, rateAll: defaultRate,
 		rate: map[WorkloadRef]float64{}, behaviors: map[behaviorKey]Behavior{},
 		routes: map[WorkloadRef][]WorkloadRef{}, series: map[seriesKey]*series{}, durations: map[seriesKey]*series{},
+		connections:  map[seriesKey]float64{},
 		incarnations: map[podRef]types.UID{},
 	}
 }
@@ -172,6 +182,10 @@ func (t *Traffic) meshPods() map[WorkloadRef]map[string]string {
 	}
 	for _, p := range pods {
 		st, ok := ParseSidecarStatus(p)
+		rev := st.Revision
+		if !ok && p.Annotations[AnnotationRedirection] == "enabled" {
+			ok, rev = true, AmbientRevision
+		}
 		if !ok || p.DeletionTimestamp != nil || !podReady(p) {
 			continue
 		}
@@ -179,7 +193,7 @@ func (t *Traffic) meshPods() map[WorkloadRef]map[string]string {
 		if out[w] == nil {
 			out[w] = map[string]string{}
 		}
-		out[w][p.Name] = st.Revision
+		out[w][p.Name] = rev
 	}
 	return out
 }
@@ -219,6 +233,13 @@ func (t *Traffic) advanceLocked(now time.Time) {
 		for pod, rev := range pods {
 			b := t.behavior(dest, rev)
 			reqs := rate * dt / float64(len(pods))
+			if rev == AmbientRevision {
+				// No sidecar: the waypoint or ztunnel that sees the
+				// traffic reports it. The callers' own sidecars are not
+				// staged for pods in ambient.
+				t.recordAmbientLocked(dest, pod, callers, reqs, b)
+				continue
+			}
 			if len(callers) == 0 {
 				t.recordLocked("destination", pod, WorkloadRef{LoadGeneratorNamespace, LoadGenerator}, dest, reqs, b.ErrorRatio, b.LatencyMs)
 				continue
@@ -236,7 +257,10 @@ func (t *Traffic) advanceLocked(now time.Time) {
 				t.recordLocked("destination", pod, src, dest, delivered, b.ErrorRatio, b.LatencyMs)
 				errShare := outErr + (1-outErr)*b.ErrorRatio
 				// Each of the caller's pods reports its part of the calls.
-				for srcPod := range srcPods {
+				for srcPod, srcRev := range srcPods {
+					if srcRev == AmbientRevision {
+						continue // no sidecar of the caller's reports it
+					}
 					t.recordLocked("source", srcPod, src, dest, share/float64(len(srcPods)), errShare, b.LatencyMs)
 				}
 			}
@@ -271,20 +295,28 @@ func (t *Traffic) forgetGoneLocked() {
 			delete(t.series, k)
 		}
 	}
+	for k := range t.connections {
+		if gone[k.podRef()] {
+			delete(t.connections, k)
+		}
+	}
 }
 
 // podRef is the pod whose proxy reports the series.
 func (k seriesKey) podRef() podRef {
-	if k.reporter == "source" {
-		return podRef{k.source.Namespace, k.pod}
-	}
-	return podRef{k.destination.Namespace, k.pod}
+	return podRef{k.podNamespace, k.pod}
 }
 
 // recordLocked adds reqs requests, errRatio of them 503, with a latency
 // spread whose p99 is latencyMs: half at a quarter of it, 49% at half of it
 // and 1% at the full value.
 func (t *Traffic) recordLocked(reporter, pod string, src, dest WorkloadRef, reqs, errRatio, latencyMs float64) {
+	t.recordByLocked(reporter, "", pod, src, dest, reqs, errRatio, latencyMs)
+}
+
+// recordByLocked is recordLocked for a reporting pod of namespace podNS
+// ("": the destination's, or the caller's for reporter="source").
+func (t *Traffic) recordByLocked(reporter, podNS, pod string, src, dest WorkloadRef, reqs, errRatio, latencyMs float64) {
 	if reqs <= 0 {
 		return
 	}
@@ -296,7 +328,13 @@ func (t *Traffic) recordLocked(reporter, pod string, src, dest WorkloadRef, reqs
 		if n <= 0 {
 			continue
 		}
-		k := seriesKey{reporter: reporter, source: src, destination: dest, code: c.code, pod: pod}
+		k := seriesKey{reporter: reporter, source: src, destination: dest, code: c.code, pod: pod, podNamespace: dest.Namespace}
+		if reporter == "source" {
+			k.podNamespace = src.Namespace
+		}
+		if podNS != "" {
+			k.podNamespace = podNS
+		}
 		if t.series[k] == nil {
 			t.series[k] = &series{}
 		}
@@ -310,7 +348,7 @@ func (t *Traffic) recordLocked(reporter, pod string, src, dest WorkloadRef, reqs
 		// writes whole bucket counts, and the p99 of this latency model
 		// sits on a bucket's bound, so the rounding of each pod's series
 		// would move it from one bucket to the next.
-		k.pod = ""
+		k.pod, k.podNamespace = "", ""
 		s := t.durations[k]
 		if s == nil {
 			s = &series{buckets: make([]float64, len(durationBuckets))}
@@ -342,6 +380,8 @@ var (
 func (t *Traffic) Describe(ch chan<- *prometheus.Desc) {
 	ch <- requestsDesc
 	ch <- durationDesc
+	ch <- connectionsOpenedDesc
+	ch <- connectionsFailedDesc
 }
 
 // Collect implements prometheus.Collector: it brings the counters up to now
@@ -361,6 +401,19 @@ func (t *Traffic) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstHistogram(durationDesc, uint64(s.requests), s.sumMs, buckets, labelValues(k)...)
 	}
+	keys := make([]seriesKey, 0, len(t.connections))
+	for k := range t.connections {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return fmt.Sprint(keys[i]) < fmt.Sprint(keys[j]) })
+	for _, k := range keys {
+		desc := connectionsOpenedDesc
+		if k.code == "failed" {
+			desc = connectionsFailedDesc
+		}
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, t.connections[k],
+			k.reporter, k.source.Name, k.source.Namespace, k.destination.Name, k.destination.Namespace, "mutual_tls", k.podNamespace, k.pod)
+	}
 }
 
 func sortedKeys(m map[seriesKey]*series) []seriesKey {
@@ -379,15 +432,8 @@ func labelValues(k seriesKey) []string {
 	if k.code == "503" {
 		flags = "URX"
 	}
-	podNamespace := k.destination.Namespace
-	if k.reporter == "source" {
-		podNamespace = k.source.Namespace
-	}
-	if k.pod == "" {
-		podNamespace = ""
-	}
 	return []string{k.reporter, k.source.Name, k.source.Namespace, k.destination.Name, k.destination.Namespace,
-		k.destination.Name, k.destination.Namespace, k.code, flags, "http", "mutual_tls", podNamespace, k.pod}
+		k.destination.Name, k.destination.Namespace, k.code, flags, "http", "mutual_tls", k.podNamespace, k.pod}
 }
 
 func (t *Traffic) start(host string) error {

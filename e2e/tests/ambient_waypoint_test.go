@@ -1,0 +1,160 @@
+package tests
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/meshwave/meshwave/agent"
+	"github.com/meshwave/meshwave/canary"
+	"github.com/meshwave/meshwave/e2e/fixture"
+	"github.com/meshwave/meshwave/e2e/mesh"
+	"github.com/meshwave/meshwave/e2e/world"
+)
+
+// TestAMoveToAmbientBehindAWaypointIsJudgedThroughIt runs the move to
+// ambient with a waypoint that Istio's own istiod deploys for a Gateway of
+// class istio-waypoint, its proxy connected to istiod as a waypoint node,
+// and the metric checks on the real Prometheus, reading the series the
+// waypoint reports (reporter="waypoint").
+func TestAMoveToAmbientBehindAWaypointIsJudgedThroughIt(t *testing.T) {
+	f := fixture.New(t, world.Options{Revisions: []mesh.Revision{
+		{Name: "1-25"}, {Name: "1-26", Env: map[string]string{"PILOT_ENABLE_AMBIENT": "true"}},
+	}})
+	require.NoError(t, f.World.Mesh.InstallGatewayAPI(f.Ctx))
+	cni, err := f.World.Mesh.StartCNI(f.Ctx)
+	require.NoError(t, err)
+	t.Cleanup(cni.Stop)
+	zs := installZtunnel(f, "1-26")
+	installCNI(f)
+	dyn, err := dynamic.NewForConfig(f.World.Cluster.Config)
+	require.NoError(t, err)
+	gatewaysResource := schema.GroupVersionResource{Group: "gateway.networking.k8s.io", Version: "v1", Resource: "gateways"}
+	waypoint := func(f *fixture.Fixture, ns string) {
+		f.T.Helper()
+		gw := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+			"metadata": map[string]any{"name": "waypoint", "namespace": ns, "labels": map[string]any{mesh.LabelRev: "1-26"}},
+			"spec": map[string]any{"gatewayClassName": "istio-waypoint",
+				"listeners": []any{map[string]any{"name": "mesh", "port": int64(15008), "protocol": "HBONE"}}},
+		}}
+		f.Eventually("the Gateway to be created (its CRD established)", func() (bool, string) {
+			_, err := dyn.Resource(gatewaysResource).Namespace(ns).Create(f.Ctx, gw, metav1.CreateOptions{})
+			return err == nil, fmt.Sprint(err)
+		})
+		f.WaitForRolledOut(ns, "waypoint")
+	}
+	cfg, q := withMetrics(t, f, testConfig(f))
+	cfg.CanarySize, cfg.BatchSize = 1, 2
+	counter := newAPICounter()
+	startAgentWithOptions(t, f, cfg, counter, "agent-waypoint", func(o *agent.Options) {
+		withDynamic(f)(o)
+		o.GateDeps.Prometheus = q
+	})
+	mode, name := "ambient", "waypoint"
+
+	t.Run("Deployments and a StatefulSet leave their sidecars behind the waypoint, judged on its series", func(t *testing.T) {
+		f := f.For(t)
+		const ns = "wp"
+		db := fixture.NewStatefulSet(ns, "db", 2, appsv1.RollingUpdateStatefulSetStrategyType)
+		f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-26"}, nil).
+			Deployment(ns, "web", waveAnnotation("0")).Deployment(ns, "api", waveAnnotation("1")).StatefulSet(db).RolledOut(ns)
+		f.WaitForStatefulSetRolledOut(ns, "db")
+		waypoint(f, ns)
+		waitForTraffic(t, f, ns, 3)
+		f.When().AnnotateNamespace(ns, canary.AnnotationTargetMode, &mode).AnnotateNamespace(ns, canary.AnnotationWaypoint, &name)
+		optIn(f, ns, "1-26", 10)
+
+		st := waitForPhase(f, ns, canary.PhaseCompleted, 4*time.Minute)
+		assert.Equal(t, canary.ModeAmbient, st.Mode)
+		assert.Equal(t, "waypoint", st.WaypointSet)
+		assert.True(t, st.NamespaceEnrolled)
+		nsObj, err := f.Client.CoreV1().Namespaces().Get(f.Ctx, ns, metav1.GetOptions{})
+		require.NoError(t, err)
+		assert.Equal(t, "waypoint", nsObj.Labels[canary.LabelUseWaypoint])
+		assert.Equal(t, mesh.DataplaneModeAmbient, nsObj.Labels[mesh.LabelDataplaneMode])
+		waitForEvent(f, "Namespace", "", ns, "WaypointUsed: namespace wp is labelled istio.io/use-waypoint=waypoint before its workloads leave their sidecars")
+
+		var gates []string
+		for _, v := range st.Verdicts {
+			gates = append(gates, v.Gate+"="+string(v.Result))
+		}
+		assert.Equal(t, []string{"rollout=Pass", "injection=Pass", "xds-sync=Pass", "error-rate=Pass", "latency-p99=Pass"}, gates)
+		sync, _ := verdictOf(st, "xds-sync")
+		assert.Regexp(t, `^\d+ of \d+ ztunnels SYNCED with istiod 1-26; waypoint waypoint: 1 of 1 proxies SYNCED with istiod 1-26$`, sync.Reason)
+		er, _ := verdictOf(st, "error-rate")
+		require.NotEmpty(t, er.Measurements)
+		for _, m := range er.Measurements {
+			assert.Equal(t, 0.0, m.Value, "through the waypoint, %s answers no 5xx", m.Workload)
+			require.NotNil(t, m.Baseline, "held against its sidecars' series before the restart")
+		}
+		assert.NoError(t, f.World.Prometheus.WaitForQuery(f.Ctx, fmt.Sprintf(`sum(increase(istio_requests_total{reporter="waypoint",destination_workload_namespace=%q,destination_workload="db"}[10s])) > 50`, ns), 1, 30*time.Second),
+			"the waypoint reports db's requests")
+
+		// No pod keeps a sidecar; each is redirected and held by ztunnel as HBONE.
+		for _, w := range []string{"web", "api", "db"} {
+			for _, p := range f.Pods(ns, map[string]string{"app": w}) {
+				assert.False(t, hasProxy(p), "%s runs a sidecar", p.Name)
+				assert.Equal(t, mesh.RedirectionEnabled, p.Annotations[mesh.AnnotationRedirection], p.Name)
+				for _, z := range zs {
+					assert.Equal(t, "HBONE", z.Protocol("Kubernetes//Pod/"+ns+"/"+p.Name), p.Name)
+				}
+			}
+		}
+		for _, w := range []string{"deployments " + ns + "/web", "deployments " + ns + "/api", "statefulsets " + ns + "/db"} {
+			assert.Equal(t, 1, counter.get("PATCH "+w), w)
+		}
+		assert.Zero(t, counter.get("PATCH deployments "+ns+"/waypoint"), "the waypoint itself is never restarted")
+	})
+
+	t.Run("a wave whose error rate through the waypoint rises is rolled back onto its sidecars, and the waypoint label meshwave set taken off", func(t *testing.T) {
+		f := f.For(t)
+		const ns = "wp-bad"
+		f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-26"}, nil).
+			Deployment(ns, "reviews", waveAnnotation("0")).Deployment(ns, "details", waveAnnotation("1")).RolledOut(ns)
+		waypoint(f, ns)
+		f.World.Mesh.Traffic().SetBehavior(mesh.WorkloadRef{Namespace: ns, Name: "reviews"}, mesh.AmbientRevision, mesh.Behavior{ErrorRatio: 0.3, LatencyMs: 40})
+		waitForTraffic(t, f, ns, 2)
+		f.When().AnnotateNamespace(ns, canary.AnnotationTargetMode, &mode).AnnotateNamespace(ns, canary.AnnotationWaypoint, &name)
+		optIn(f, ns, "1-26", 20)
+
+		st := waitForPhase(f, ns, canary.PhaseRolledBack, 4*time.Minute)
+		assert.Regexp(t, `^rolled back 1 workloads to 1-26: wave 1 failed: error-rate fail: reviews: \d+\.\d\d% > threshold 5\.00%`, st.Reason)
+		er, ok := verdictOf(st, "error-rate")
+		require.True(t, ok)
+		require.Len(t, er.Measurements, 1)
+		t.Logf("reviews in ambient, staged at 30%% 5xx, measured %.2f%% through the waypoint", er.Measurements[0].Value*100)
+		assert.InDelta(t, 0.3, er.Measurements[0].Value, 0.05)
+
+		// Back on its sidecar, injection checked again by the rollback's gates.
+		f.WaitForRolledOut(ns, "reviews")
+		f.Then().PodsOnRevision(ns, "reviews", "1-26").PodsOnRevision(ns, "details", "1-26")
+		d, err := f.Client.AppsV1().Deployments(ns).Get(f.Ctx, "reviews", metav1.GetOptions{})
+		require.NoError(t, err)
+		assert.NotContains(t, d.Spec.Template.Labels, mesh.LabelDataplaneMode)
+		f.Eventually("the waypoint label meshwave set to be taken off", func() (bool, string) {
+			n, err := f.Client.CoreV1().Namespaces().Get(f.Ctx, ns, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			_, has := n.Labels[canary.LabelUseWaypoint]
+			return !has, fmt.Sprint(n.Labels)
+		})
+		waitForEvent(f, "Namespace", "", ns, "WaypointReleased: no pod of namespace wp-bad runs in ambient any more")
+		_, err = dyn.Resource(gatewaysResource).Namespace(ns).Get(f.Ctx, "waypoint", metav1.GetOptions{})
+		assert.NoError(t, err, "the Gateway a person made is never deleted")
+		assert.Equal(t, 2, counter.get("PATCH deployments "+ns+"/reviews"), "into ambient, and back")
+		assert.Zero(t, counter.get("PATCH deployments "+ns+"/details"), "the next wave never started")
+		assert.True(t, strings.HasPrefix(st.Failures[0].Reason, "error-rate"), st.Failures[0].Reason)
+	})
+}
