@@ -291,8 +291,14 @@ func slimCompat(gvr schema.GroupVersionResource) cache.TransformFunc {
 		case gatewaysResource:
 			// Its listeners and addresses stay out: the waypoint step
 			// reads its class, revision and Programmed condition.
-			if rev, ok := u.GetLabels()[canary.LabelRev]; ok {
-				out.SetLabels(map[string]string{canary.LabelRev: rev})
+			kept := map[string]string{}
+			for _, k := range []string{canary.LabelRev, canary.LabelWaypointFor} {
+				if v, ok := u.GetLabels()[k]; ok {
+					kept[k] = v
+				}
+			}
+			if len(kept) > 0 {
+				out.SetLabels(kept)
 			}
 			keep("spec", "gatewayClassName")
 			conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
@@ -375,7 +381,7 @@ func (cc *compatCaches) gather(ns, rootNamespace string) canary.Compat {
 		}
 	}
 	for _, u := range cc.list(gatewaysResource, ns) {
-		g := canary.Gateway{Namespace: u.GetNamespace(), Name: u.GetName(), Revision: u.GetLabels()[canary.LabelRev]}
+		g := canary.Gateway{Namespace: u.GetNamespace(), Name: u.GetName(), Revision: u.GetLabels()[canary.LabelRev], For: u.GetLabels()[canary.LabelWaypointFor]}
 		g.Class, _, _ = unstructured.NestedString(u.Object, "spec", "gatewayClassName")
 		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
 		g.ProgrammedWhy = "no Programmed condition"

@@ -277,3 +277,69 @@ func TestTheNamespacesGatewaysAreGatheredForItsWaypoint(t *testing.T) {
 	assert.False(t, got.GatewayAPI, "a cluster without the Gateway API's CRDs serves no gateways")
 	assert.Empty(t, got.Gateways)
 }
+
+// A waypoint Gateway that serves no traffic a namespace's
+// istio.io/use-waypoint can bind (istio.io/waypoint-for: workload or
+// none: a pod that only inherits the namespace's label is not bound, and
+// a Service needs service or all) carries nothing of the move to ambient:
+// the move blocks on it as on any waypoint that cannot carry it.
+func TestAWaypointForNoServiceTrafficBlocksTheMoveToAmbient(t *testing.T) {
+	for _, waypointFor := range []string{"workload", "none"} {
+		t.Run(waypointFor, func(t *testing.T) {
+			gw := withStatus(withLabels(unstructuredObj(gatewaysResource, "Gateway", "shop", "waypoint", map[string]any{
+				"gatewayClassName": "istio-waypoint",
+				"listeners":        []any{map[string]any{"name": "mesh", "port": int64(15008), "protocol": "HBONE"}},
+			}), map[string]string{canary.LabelRev: "1-26", "istio.io/waypoint-for": waypointFor}), map[string]any{"conditions": []any{
+				map[string]any{"type": "Programmed", "status": "True", "reason": "Programmed", "message": "ok"},
+			}})
+			dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
+				envoyFiltersResource: "EnvoyFilterList", telemetriesResource: "TelemetryList", sailIstiosResource: "IstioList",
+				peerAuthenticationsResource: "PeerAuthenticationList", authorizationPoliciesResource: "AuthorizationPolicyList",
+				gatewaysResource: "GatewayList",
+			})
+			require.NoError(t, dyn.Tracker().Create(gatewaysResource, gw, "shop"))
+			c := NewCaches(fake.NewClientset(), 0, nil)
+			c.WatchCompat(dyn, &servedKinds{served: map[schema.GroupVersionResource]bool{gatewaysResource: true}}, 0)
+			ctx, cancel := context.WithCancel(context.Background())
+			t.Cleanup(func() { cancel(); c.Shutdown() })
+			c.Start(ctx)
+			require.True(t, c.WaitForSync())
+			compat := gatherShop(t, c)
+			require.Len(t, compat.Gateways, 1)
+
+			now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+			d := canary.Decide(canary.Input{Snapshot: waypointShop(compat), Now: now, Config: canary.Config{DelayBetweenWaves: time.Minute}})
+			require.NotNil(t, d.Status)
+			assert.Equal(t, canary.PhaseBlocked, d.Status.Phase, d.Status.Reason)
+			assert.Empty(t, d.UseWaypoint, "the namespace is not put behind a waypoint that binds none of its traffic")
+		})
+	}
+}
+
+// waypointShop is namespace shop asking to move its Deployment cart, on
+// 1-26's sidecars, into ambient behind the waypoint "waypoint", whose one
+// pod is Ready.
+func waypointShop(compat canary.Compat) canary.Snapshot {
+	pod := func(name string, labels, annotations map[string]string, rev string) canary.Pod {
+		return canary.Pod{Name: name, Labels: labels, Annotations: annotations, Running: true, Ready: true, Current: true, Revision: rev}
+	}
+	status := canary.RolloutStatus{ObservedGeneration: 1, Replicas: 1, UpdatedReplicas: 1, ReadyReplicas: 1, AvailableReplicas: 1}
+	cart := canary.Workload{Namespace: "shop", Name: "cart", ResourceVersion: "100", Replicas: 1, Generation: 1, Status: status,
+		Labels: map[string]string{"app": "cart"}, Annotations: map[string]string{},
+		TemplateLabels: map[string]string{"app": "cart"}, TemplateAnnotations: map[string]string{},
+		Pods: []canary.Pod{pod("cart-1", map[string]string{"app": "cart"}, map[string]string{canary.AnnotationSidecar: `{"revision":"1-26"}`}, "1-26")}}
+	wpLabels := map[string]string{canary.LabelGatewayName: "waypoint", canary.LabelDataplaneMode: "none", canary.LabelInject: "false"}
+	wp := canary.Workload{Namespace: "shop", Name: "waypoint", ResourceVersion: "100", Replicas: 1, Generation: 1, Status: status,
+		Labels: map[string]string{canary.LabelGatewayName: "waypoint"}, Annotations: map[string]string{},
+		TemplateLabels: wpLabels, TemplateAnnotations: map[string]string{},
+		Pods: []canary.Pod{pod("waypoint-1", wpLabels, map[string]string{}, "")}}
+	compat.GatewayAPI = true
+	return canary.Snapshot{
+		Namespace: canary.Namespace{Name: "shop", Labels: map[string]string{canary.LabelRev: "1-26"}, Annotations: map[string]string{
+			canary.AnnotationTargetRevision: "1-26", canary.AnnotationTargetMode: "ambient", canary.AnnotationWaypoint: "waypoint"}},
+		Workloads: []canary.Workload{cart, wp},
+		Mesh: canary.Mesh{Revisions: map[string]canary.Revision{
+			"1-25": {Name: "1-25", Istiods: 1, ReadyIstiods: 1}, "1-26": {Name: "1-26", Istiods: 1, ReadyIstiods: 1}}},
+		Compat: compat,
+	}
+}

@@ -2,6 +2,7 @@ package analysis
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/meshwave/meshwave/canary"
 )
@@ -50,7 +51,12 @@ func withWaypoint(v, w canary.Verdict, wave canary.WaveUnderTest) canary.Verdict
 	out.Checked = v.Checked || w.Checked
 	if w.Result == canary.ResultFail {
 		for _, m := range wave.Workloads {
-			out.Failed = append(out.Failed, canary.WorkloadState{Name: m.Name, State: canary.StateFailed, Reason: fmt.Sprintf("waypoint %s: %s", wave.Waypoint, w.Reason)})
+			why := fmt.Sprintf("waypoint %s: %s", wave.Waypoint, w.Reason)
+			if i := slices.IndexFunc(out.Failed, func(f canary.WorkloadState) bool { return f.Name == m.Name }); i >= 0 {
+				out.Failed[i].Reason += "; " + why
+				continue
+			}
+			out.Failed = append(out.Failed, canary.WorkloadState{Name: m.Name, State: canary.StateFailed, Reason: why})
 		}
 	}
 	return out

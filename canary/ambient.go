@@ -319,6 +319,9 @@ func enrolNamespace(m *machine) {
 		held = append(held, u.ID)
 	}
 	var why []string
+	if w := waypointHoldsEnrolment(m); w != "" {
+		why = append(why, w)
+	}
 	if len(held) > 0 {
 		slices.Sort(held)
 		why = append(why, fmt.Sprintf("%s still run a sidecar, which a recreated pod would lose", strings.Join(bounded(held, 10), ", ")))

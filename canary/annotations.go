@@ -168,8 +168,8 @@ func ParseNamespace(name string, annotations map[string]string) (NamespaceSettin
 		// The name becomes the istio.io/use-waypoint label: a Gateway's
 		// name that is also a label value.
 		switch {
-		case len(validation.IsDNS1123Label(v)) > 0:
-			bad(AnnotationWaypoint, v, "the name of a Gateway of class istio-waypoint in the namespace (a DNS-1123 label)")
+		case len(validation.IsDNS1123Label(v)) > 0 || v == NoWaypoint:
+			bad(AnnotationWaypoint, v, "the name of a Gateway of class istio-waypoint in the namespace (a DNS-1123 label other than none, which opts out of waypoints)")
 		case s.Mode != ModeAmbient:
 			bad(AnnotationWaypoint, v, "set only with "+AnnotationTargetMode+"=ambient: a waypoint serves pods in ambient")
 		default:

@@ -44,6 +44,8 @@ type Gateway struct {
 	// Revision is its istio.io/rev label, "" when it has none (the
 	// namespace's revision then deploys it).
 	Revision string
+	// For is its istio.io/waypoint-for label, "" when it has none.
+	For string
 	// Programmed is its Programmed condition's status; ProgrammedWhy the
 	// condition's reason and message when it is not True.
 	Programmed    bool

@@ -1,7 +1,6 @@
 package canary
 
 import (
-	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -25,9 +24,11 @@ type migrationOnRecord struct {
 	LastWave int
 	// Mode is the migration's, as its records say.
 	Mode Mode
-	// Waypoint is the istio.io/use-waypoint meshwave set for it, as a
-	// forward record says.
-	Waypoint string
+	// Waypoint is the istio.io/use-waypoint meshwave set for it, as its
+	// latest record (of a move or a rollback) says; waypointAt is that
+	// record's time.
+	Waypoint   string
+	waypointAt time.Time
 }
 
 // migrationsOnRecord groups the namespace's move records by the migration
@@ -58,7 +59,10 @@ func migrationsOnRecord(set workloadSet, targetRevision string) []migrationOnRec
 			m.Back[w.Name] = r
 		} else {
 			m.Forward[w.Name] = r
-			m.Waypoint = cmp.Or(m.Waypoint, r.Waypoint)
+		}
+		if r.At.After(m.waypointAt) || m.waypointAt.IsZero() {
+			// The label meshwave set last, as the latest record says.
+			m.Waypoint, m.waypointAt = r.Waypoint, r.At
 		}
 		m.LastWave = max(m.LastWave, r.Wave)
 	}

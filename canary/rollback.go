@@ -89,15 +89,17 @@ func rollbackRestarts(m *machine, members []parsedWorkload) (issued bool, refuse
 		if !returning(w, st) {
 			continue // already rolled back
 		}
-		wave, prior := st.Wave, "" // of a move no record explains
+		wave, prior, waypoint := st.Wave, "", "" // of a move no record explains
 		if fwd := w.forwardIn(st.MigrationID()); fwd != nil {
-			wave, prior = fwd.Wave, fwd.PriorInject
+			// The waypoint label meshwave had set when it moved the
+			// workload: a status edited since cannot claim one.
+			wave, prior, waypoint = fwd.Wave, fwd.PriorInject, fwd.Waypoint
 		}
 		if answer, ok := m.in.Refused[w.Name]; ok {
 			refused = append(refused, fmt.Sprintf("the apiserver refused to restart %s: %s", w.Name, answer))
 			continue
 		}
-		rec := MoveRecord{Revision: st.SourceRevision, From: st.TargetRevision, SourceLabel: st.sourceLabelOnRecord(), Wave: wave, At: m.now, Rollback: true, Migration: st.MigrationID(), Mode: st.Mode, PriorInject: prior}
+		rec := MoveRecord{Revision: st.SourceRevision, From: st.TargetRevision, SourceLabel: st.sourceLabelOnRecord(), Wave: wave, At: m.now, Rollback: true, Migration: st.MigrationID(), Mode: st.Mode, PriorInject: prior, Waypoint: waypoint}
 		if st.Rollback == RollbackAll {
 			rec.Scope = RollbackAll
 		}

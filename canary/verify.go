@@ -80,7 +80,7 @@ func (r Reading) WaveToVerify() (WaveUnderTest, bool) {
 	if st.Phase == PhaseRollingBack {
 		out.Expect, out.Rollback, out.Ambient = st.SourceRevision, true, false
 	}
-	if name := r.Snapshot.Namespace.Labels[LabelUseWaypoint]; out.Ambient && name != "" {
+	if name := r.Snapshot.Namespace.Labels[LabelUseWaypoint]; out.Ambient && name != "" && name != NoWaypoint {
 		out.Waypoint, out.WaypointPods = name, waypointPods(&r.Snapshot, name)
 	}
 	for _, w := range members {

@@ -14,6 +14,14 @@ const (
 	LabelGatewayName = "gateway.networking.k8s.io/gateway-name"
 	// WaypointClass is the GatewayClass of Istio's waypoints.
 	WaypointClass = "istio-waypoint"
+	// LabelUseWaypointNamespace on a namespace sends its traffic to the
+	// waypoint of that name in another namespace.
+	LabelUseWaypointNamespace = "istio.io/use-waypoint-namespace"
+	// LabelWaypointFor on a waypoint's Gateway says which traffic it
+	// takes: service (the default), workload, all or none.
+	LabelWaypointFor = "istio.io/waypoint-for"
+	// NoWaypoint is istio.io/use-waypoint's value that opts out of any.
+	NoWaypoint = "none"
 )
 
 // waypointProblem says why the namespace's waypoint (meshwave.io/waypoint)
@@ -30,6 +38,9 @@ func waypointProblem(m *machine) (why string, passing bool) {
 	if cur, ok := ns.Labels[LabelUseWaypoint]; ok && cur != name {
 		return fmt.Sprintf("namespace %s is labelled %s=%s, but %s names %s: remove one of them", ns.Name, LabelUseWaypoint, cur, AnnotationWaypoint, name), false
 	}
+	if other, ok := ns.Labels[LabelUseWaypointNamespace]; ok && other != ns.Name {
+		return fmt.Sprintf("namespace %s is labelled %s=%s: its traffic would go to a waypoint of namespace %s, not to Gateway %s of its own that %s names; remove the label", ns.Name, LabelUseWaypointNamespace, other, other, name, AnnotationWaypoint), false
+	}
 	if !c.GatewayAPI {
 		return fmt.Sprintf("%s=%s needs the Gateway API, and the cluster serves no gateways.gateway.networking.k8s.io: install the Gateway API CRDs", AnnotationWaypoint, name), false
 	}
@@ -42,15 +53,16 @@ func waypointProblem(m *machine) (why string, passing bool) {
 	if gw.Class != WaypointClass {
 		return fmt.Sprintf("%s=%s: Gateway %s is of class %q, not %s: it is no waypoint", AnnotationWaypoint, name, name, gw.Class, WaypointClass), false
 	}
-	// The Gateway must name its revision itself: the namespace's
-	// istio.io/rev, which would deploy it otherwise, goes when the
-	// namespace is enrolled.
-	if rev, ok := snap.Mesh.Resolve(gw.Revision); gw.Revision == "" || !ok || rev != m.st.TargetRevision {
-		has := "no " + LabelRev + " label"
-		if gw.Revision != "" {
-			has = LabelRev + "=" + gw.Revision
-		}
-		return fmt.Sprintf("waypoint %s carries %s: label the Gateway %s=%s, so the target's istiod deploys and serves it whatever the namespace's label says", name, has, LabelRev, m.st.Target), false
+	switch gw.For {
+	case "", "service", "all":
+	default:
+		// The namespace's label binds the traffic addressed to its
+		// services: a waypoint for workloads only, or none, takes none of
+		// it, and the policies meant for it would bind nothing.
+		return fmt.Sprintf("waypoint %s is labelled %s=%s: it takes none of the traffic to the namespace's services that %s sends it; label it %s=service or all", name, LabelWaypointFor, gw.For, LabelUseWaypoint, LabelWaypointFor), false
+	}
+	if why := waypointRevisionProblem(m, gw); why != "" {
+		return why, false
 	}
 	if !gw.Programmed {
 		return fmt.Sprintf("waypoint %s is not Programmed yet (%s)", name, gw.ProgrammedWhy), true
@@ -66,6 +78,37 @@ func waypointProblem(m *machine) (why string, passing bool) {
 		return fmt.Sprintf("waypoint %s has no Ready pod (%d pods)", name, len(pods)), true
 	}
 	return "", false
+}
+
+// waypointRevisionProblem says why the waypoint's Gateway does not name
+// the target revision itself, or "". It must: istiod deploys a Gateway by
+// its own istio.io/rev, else its namespace's, and the namespace's goes
+// when it is enrolled.
+func waypointRevisionProblem(m *machine, gw Gateway) string {
+	if rev, ok := m.snap().Mesh.Resolve(gw.Revision); gw.Revision != "" && ok && rev == m.st.TargetRevision {
+		return ""
+	}
+	has := "no " + LabelRev + " label"
+	if gw.Revision != "" {
+		has = LabelRev + "=" + gw.Revision
+	}
+	return fmt.Sprintf("waypoint %s carries %s: label the Gateway %s=%s, so the target's istiod deploys and serves it whatever the namespace's label says", gw.Name, has, LabelRev, m.st.Target)
+}
+
+// waypointHoldsEnrolment says why the namespace may not be enrolled yet
+// for its waypoint's sake, or "": its Gateway, gone or relabelled since
+// the last wave started, would move with the namespace's istio.io/rev.
+func waypointHoldsEnrolment(m *machine) string {
+	name := m.settings.Waypoint
+	if name == "" {
+		return ""
+	}
+	c := m.snap().Compat
+	i := slices.IndexFunc(c.Gateways, func(g Gateway) bool { return g.Name == name })
+	if i < 0 {
+		return fmt.Sprintf("waypoint %s has no Gateway any more", name)
+	}
+	return waypointRevisionProblem(m, c.Gateways[i])
 }
 
 // waypointPods are the live pods istiod deployed for the waypoint name.
@@ -101,16 +144,39 @@ func releaseWaypoint(m *machine) {
 	if st.WaypointSet == "" || st.Phase != PhaseRolledBack {
 		return
 	}
+	if ns.Labels[LabelDataplaneMode] == DataplaneAmbient {
+		return // the namespace enrols its pods: they stay behind it
+	}
 	for _, w := range m.snap().Workloads {
+		if w.TemplateLabels[LabelDataplaneMode] == DataplaneAmbient {
+			return // an earlier wave stays in ambient (scaled to zero, say), behind it
+		}
 		for _, p := range w.Pods {
 			if !p.Terminating && p.InAmbient() {
-				return // an earlier wave stays in ambient, behind it
+				return // a pod in ambient of a template since changed
 			}
 		}
+	}
+	if !waypointOnRecord(m, st.WaypointSet) {
+		// The records of the migration never say meshwave set it (a
+		// status edited to claim a person's label): it stays.
+		st.WaypointSet = ""
+		return
 	}
 	if ns.Labels[LabelUseWaypoint] == st.WaypointSet {
 		m.out.RemoveWaypoint = true
 		m.event("", EventNormal, "WaypointReleased", fmt.Sprintf("no pod of namespace %s runs in ambient any more: %s=%s, which meshwave set, is taken off", ns.Name, LabelUseWaypoint, st.WaypointSet))
 	}
 	st.WaypointSet = ""
+}
+
+// waypointOnRecord reports whether a move record of the migration says
+// meshwave set the label name.
+func waypointOnRecord(m *machine, name string) bool {
+	for _, w := range m.workloads() {
+		if r := w.record; r != nil && r.Migration == m.st.MigrationID() && r.Waypoint == name {
+			return true
+		}
+	}
+	return false
 }
