@@ -2,6 +2,7 @@ package agent
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -20,34 +21,16 @@ import (
 // it, as Istio's chart writes it, or labelled so; neither is "default"): removing the revision leaves them without
 // a data plane. Grouped by namespace and owner, in name order.
 func (c *Caches) ambientHolders(rootNamespace, revision string) ([]canary.AmbientHolder, int, error) {
-	ztunnels, err := c.Pods.In(rootNamespace).List(labels.SelectorFromSet(labels.Set{"app": "ztunnel"}))
+	served, err := c.ztunnelRevisions(rootNamespace)
 	if err != nil {
 		return nil, 0, err
 	}
-	served := map[string]bool{}
-	for _, z := range ztunnels {
-		// Istio's chart annotates its pods with their revision.
-		rev := z.Annotations[canary.LabelRev]
-		if rev == "" {
-			rev = z.Labels[canary.LabelRev]
-		}
-		if rev == "" {
-			rev = "default"
-		}
-		if rev == revision && z.DeletionTimestamp == nil && z.Node != "" {
-			served[z.Node] = true
-		}
-	}
-	if len(served) == 0 {
+	if !slices.Contains(slices.Collect(maps.Values(served)), revision) {
 		return nil, 0, nil
 	}
-	nss, err := c.Namespaces.List(labels.Everything())
+	ambientNS, err := c.enrolledNamespaces()
 	if err != nil {
 		return nil, 0, err
-	}
-	ambientNS := map[string]bool{}
-	for _, ns := range nss {
-		ambientNS[ns.Name] = ns.Labels[canary.LabelDataplaneMode] == canary.DataplaneAmbient
 	}
 	pods, err := c.Pods.List(labels.Everything())
 	if err != nil {
@@ -57,12 +40,7 @@ func (c *Caches) ambientHolders(rootNamespace, revision string) ([]canary.Ambien
 	groups := map[key]*canary.AmbientHolder{}
 	total := 0
 	for _, p := range pods {
-		mode := p.Labels[canary.LabelDataplaneMode]
-		enrolled := mode == canary.DataplaneAmbient || ambientNS[p.Namespace] && mode != "none"
-		switch {
-		case !enrolled, p.Annotations[canary.AnnotationRedirection] != canary.RedirectionEnabled,
-			p.Revision != "", p.DeletionTimestamp != nil, !served[p.Node],
-			p.Phase == corev1.PodSucceeded || p.Phase == corev1.PodFailed, p.Namespace == rootNamespace && p.Labels["app"] == "ztunnel":
+		if served[p.Node] != revision || !inAmbient(p, ambientNS[p.Namespace], rootNamespace) {
 			continue
 		}
 		o := c.ownerOf(p)
@@ -88,4 +66,72 @@ func (c *Caches) ambientHolders(rootNamespace, revision string) ([]canary.Ambien
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Name, b.Name))
 	})
 	return out, total, nil
+}
+
+// ztunnelRevisions is the revision of the ztunnel on each node: a pod
+// app=ztunnel of the root namespace, annotated istio.io/rev (as Istio's
+// chart writes it) or labelled so, "default" with neither. A node with
+// none is absent.
+func (c *Caches) ztunnelRevisions(rootNamespace string) (map[string]string, error) {
+	ztunnels, err := c.Pods.In(rootNamespace).List(labels.SelectorFromSet(labels.Set{"app": "ztunnel"}))
+	if err != nil {
+		return nil, err
+	}
+	served := map[string]string{}
+	for _, z := range ztunnels {
+		rev := cmp.Or(z.Annotations[canary.LabelRev], z.Labels[canary.LabelRev], "default")
+		if z.DeletionTimestamp == nil && z.Node != "" {
+			served[z.Node] = rev
+		}
+	}
+	return served, nil
+}
+
+// enrolledNamespaces says which namespaces are labelled
+// istio.io/dataplane-mode=ambient.
+func (c *Caches) enrolledNamespaces() (map[string]bool, error) {
+	nss, err := c.Namespaces.List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, ns := range nss {
+		out[ns.Name] = ns.Labels[canary.LabelDataplaneMode] == canary.DataplaneAmbient
+	}
+	return out, nil
+}
+
+// inAmbient reports whether p runs in ambient mode: no sidecar, enrolled
+// (by its own istio.io/dataplane-mode=ambient, or by its namespace's
+// unless it says none), redirected to ztunnel by istio-cni, alive, and
+// no ztunnel itself.
+func inAmbient(p *CachedPod, namespaceEnrolled bool, rootNamespace string) bool {
+	mode := p.Labels[canary.LabelDataplaneMode]
+	enrolled := mode == canary.DataplaneAmbient || namespaceEnrolled && mode != "none"
+	switch {
+	case !enrolled, p.Annotations[canary.AnnotationRedirection] != canary.RedirectionEnabled,
+		p.Revision != "", p.DeletionTimestamp != nil,
+		p.Phase == corev1.PodSucceeded || p.Phase == corev1.PodFailed, p.Namespace == rootNamespace && p.Labels["app"] == "ztunnel":
+		return false
+	}
+	return true
+}
+
+// countAmbient calls count with the namespace of each of pods that runs
+// in ambient, and the revision of the ztunnel on its node.
+func (c *Caches) countAmbient(pods []*CachedPod, rootNamespace string, count func(namespace, revision string)) error {
+	served, err := c.ztunnelRevisions(rootNamespace)
+	if err != nil || len(served) == 0 {
+		return err
+	}
+	enrolled, err := c.enrolledNamespaces()
+	if err != nil {
+		return err
+	}
+	for _, p := range pods {
+		if rev, ok := served[p.Node]; ok && inAmbient(p, enrolled[p.Namespace], rootNamespace) {
+			count(p.Namespace, rev)
+		}
+	}
+	return nil
 }

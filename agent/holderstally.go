@@ -210,6 +210,17 @@ func (t *holderTally) recount(dirty map[string]bool, all bool, now time.Time) er
 			}
 		}
 	}
+	// The pods in ambient hold the revision of their node's ztunnel. A
+	// ztunnel is a pod of the root namespace, whose every change
+	// recounts all.
+	if err := t.caches.countAmbient(pods, t.rootNamespace, func(ns, rev string) {
+		if fresh[ns] == nil {
+			fresh[ns] = map[holderKey]int{}
+		}
+		fresh[ns][holderKey{rev, canary.ReasonAmbient}]++
+	}); err != nil {
+		return err
+	}
 	for ns := range dirty {
 		for k, n := range t.byNamespace[ns] {
 			if t.totals[k] -= n; t.totals[k] == 0 {

@@ -54,6 +54,7 @@ func fullCountAt(t *testing.T, c *Caches, now time.Time) map[holderKey]int {
 			out[holderKey{rev, code}] += n
 		}
 	}
+	require.NoError(t, c.countAmbient(pods, "istio-system", func(_, rev string) { out[holderKey{rev, canary.ReasonAmbient}]++ }))
 	return out
 }
 
@@ -312,4 +313,49 @@ func TestTheHoldersCountFollowsTheClockWhereTheReadingDependsOnIt(t *testing.T) 
 	assert.Equal(t, want, got)
 	assert.Equal(t, []string{"shop"}, readSince(tally, before), "shop alone is read, at the date")
 	assert.Empty(t, tally.wake, "and its reading no longer depends on the clock")
+}
+
+// The pods in ambient hold the revision of the ztunnel on their node:
+// meshwave_revision_holders counts them under reason ambient, and follows
+// a pod redirected, a ztunnel of another revision, and a namespace
+// enrolled, each from its event.
+func TestTheHoldersCountTheAmbientPodsThroughTheirNodesZtunnel(t *testing.T) {
+	tally, caches, client := quietTally(t)
+	ctx := context.Background()
+	want, _, err := tally.counts()
+	require.NoError(t, err)
+	onNode := func(p *corev1.Pod, node string) *corev1.Pod {
+		p.Spec.NodeName = node
+		return p
+	}
+	zt := onNode(injectedPod("istio-system", "ztunnel-a", "", corev1.PodRunning, owned("apps/v1", "DaemonSet", "ztunnel")), "n1")
+	zt.Labels["app"], zt.Annotations = "ztunnel", map[string]string{canary.LabelRev: "1-26"}
+	_, err = client.CoreV1().Pods("istio-system").Create(ctx, zt, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "amb"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	// Enrolled by the namespace (not yet), redirected; on the host's
+	// network, never redirected.
+	web := onNode(injectedPod("amb", "web-1", "", corev1.PodRunning, nil), "n1")
+	web.Annotations = map[string]string{canary.AnnotationRedirection: canary.RedirectionEnabled}
+	_, err = client.CoreV1().Pods("amb").Create(ctx, web, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = client.CoreV1().Pods("amb").Create(ctx, onNode(injectedPod("amb", "exporter", "", corev1.PodRunning, nil), "n1"), metav1.CreateOptions{})
+	require.NoError(t, err)
+	settled(t, tally, caches, want, "1-25", "1-26")
+
+	ns, err := client.CoreV1().Namespaces().Get(ctx, "amb", metav1.GetOptions{})
+	require.NoError(t, err)
+	ns.Labels = map[string]string{canary.LabelDataplaneMode: canary.DataplaneAmbient}
+	_, err = client.CoreV1().Namespaces().Update(ctx, ns, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	want[holderKey{"1-26", canary.ReasonAmbient}] = 1
+	assert.Equal(t, []string{"amb"}, settled(t, tally, caches, want, "1-25", "1-26"), "the namespace enrolled: its pod redirected holds 1-26's ztunnel")
+
+	zt.Annotations[canary.LabelRev] = "1-27"
+	_, err = client.CoreV1().Pods("istio-system").Update(ctx, zt, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	delete(want, holderKey{"1-26", canary.ReasonAmbient})
+	want[holderKey{"1-27", canary.ReasonAmbient}] = 1
+	settled(t, tally, caches, want, "1-25", "1-26", "1-27")
 }

@@ -120,6 +120,9 @@ const (
 	ReasonOtherOwner          HolderReason = "other_owner"
 	ReasonPodSucceeded        HolderReason = "pod_succeeded"
 	ReasonPodFailed           HolderReason = "pod_failed"
+	// ReasonAmbient: it runs no sidecar, in ambient mode through a
+	// ztunnel of this revision on its node.
+	ReasonAmbient HolderReason = "ambient"
 )
 
 // HolderReasons lists every reason code.
@@ -127,7 +130,7 @@ var HolderReasons = []HolderReason{ReasonWillMove, ReasonMoving, ReasonRollingBa
 	ReasonGateway, ReasonSkip, ReasonWorkloadPaused, ReasonExcluded, ReasonFailedWave, ReasonMoved,
 	ReasonNotPlanned, ReasonNamespaceBlocked, ReasonMigrationEnded, ReasonNotOptedIn, ReasonTargetsRevision,
 	ReasonCronJob, ReasonCronJobSameRevision, ReasonJob, ReasonReplicaSet, ReasonBarePod, ReasonOtherOwner,
-	ReasonPodSucceeded, ReasonPodFailed}
+	ReasonPodSucceeded, ReasonPodFailed, ReasonAmbient}
 
 // Holder is one owner's pods in one namespace that hold the revision.
 type Holder struct {

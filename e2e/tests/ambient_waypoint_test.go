@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -57,21 +58,26 @@ func TestAMoveToAmbientBehindAWaypointIsJudgedThroughIt(t *testing.T) {
 	cfg, q := withMetrics(t, f, testConfig(f))
 	cfg.CanarySize, cfg.BatchSize = 1, 2
 	counter := newAPICounter()
+	reg := prometheus.NewRegistry()
 	startAgentWithOptions(t, f, cfg, counter, "agent-waypoint", func(o *agent.Options) {
 		withDynamic(f)(o)
 		o.GateDeps.Prometheus = q
+		o.Registerer = reg
 	})
 	mode, name := "ambient", "waypoint"
 
-	t.Run("Deployments and a StatefulSet leave their sidecars behind the waypoint, judged on its series", func(t *testing.T) {
+	t.Run("Deployments, a StatefulSet and a DaemonSet leave their sidecars behind the waypoint, judged on its series", func(t *testing.T) {
 		f := f.For(t)
 		const ns = "wp"
 		db := fixture.NewStatefulSet(ns, "db", 2, appsv1.RollingUpdateStatefulSetStrategyType)
+		agentDS := fixture.NewDaemonSet(ns, "agent")
+		agentDS.Annotations = map[string]string{canary.AnnotationWave: "2"}
 		f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-26"}, nil).
-			Deployment(ns, "web", waveAnnotation("0")).Deployment(ns, "api", waveAnnotation("1")).StatefulSet(db).RolledOut(ns)
+			Deployment(ns, "web", waveAnnotation("0")).Deployment(ns, "api", waveAnnotation("1")).StatefulSet(db).DaemonSet(agentDS).RolledOut(ns)
 		f.WaitForStatefulSetRolledOut(ns, "db")
+		f.WaitForDaemonSetRolledOut(ns, "agent")
 		waypoint(f, ns)
-		waitForTraffic(t, f, ns, 3)
+		waitForTraffic(t, f, ns, 4)
 		f.When().AnnotateNamespace(ns, canary.AnnotationTargetMode, &mode).AnnotateNamespace(ns, canary.AnnotationWaypoint, &name)
 		optIn(f, ns, "1-26", 10)
 
@@ -102,8 +108,10 @@ func TestAMoveToAmbientBehindAWaypointIsJudgedThroughIt(t *testing.T) {
 			"the waypoint reports db's requests")
 
 		// No pod keeps a sidecar; each is redirected and held by ztunnel as HBONE.
-		for _, w := range []string{"web", "api", "db"} {
+		moved := 0
+		for _, w := range []string{"web", "api", "db", "agent"} {
 			for _, p := range f.Pods(ns, map[string]string{"app": w}) {
+				moved++
 				assert.False(t, hasProxy(p), "%s runs a sidecar", p.Name)
 				assert.Equal(t, mesh.RedirectionEnabled, p.Annotations[mesh.AnnotationRedirection], p.Name)
 				for _, z := range zs {
@@ -111,7 +119,9 @@ func TestAMoveToAmbientBehindAWaypointIsJudgedThroughIt(t *testing.T) {
 				}
 			}
 		}
-		for _, w := range []string{"deployments " + ns + "/web", "deployments " + ns + "/api", "statefulsets " + ns + "/db"} {
+		// They hold 1-26 through its ztunnels: the holders metric counts them.
+		assert.Equal(t, float64(moved), holdersMetric(t, reg, "1-26", canary.ReasonAmbient), "meshwave_revision_holders{revision=1-26,reason=ambient}")
+		for _, w := range []string{"deployments " + ns + "/web", "deployments " + ns + "/api", "statefulsets " + ns + "/db", "daemonsets " + ns + "/agent"} {
 			assert.Equal(t, 1, counter.get("PATCH "+w), w)
 		}
 		assert.Zero(t, counter.get("PATCH deployments "+ns+"/waypoint"), "the waypoint itself is never restarted")
@@ -157,4 +167,55 @@ func TestAMoveToAmbientBehindAWaypointIsJudgedThroughIt(t *testing.T) {
 		assert.Zero(t, counter.get("PATCH deployments "+ns+"/details"), "the next wave never started")
 		assert.True(t, strings.HasPrefix(st.Failures[0].Reason, "error-rate"), st.Failures[0].Reason)
 	})
+
+	t.Run("without a waypoint, a wave passes on ztunnel's connections without a latency check, and one whose connections ztunnel fails is rolled back onto its sidecars", func(t *testing.T) {
+		f := f.For(t)
+		const ns = "zt-bad"
+		f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-26"}, nil).
+			Deployment(ns, "web", waveAnnotation("0")).Deployment(ns, "cart", waveAnnotation("1")).RolledOut(ns)
+		f.World.Mesh.Traffic().SetBehavior(mesh.WorkloadRef{Namespace: ns, Name: "cart"}, mesh.AmbientRevision, mesh.Behavior{ErrorRatio: 0.3, LatencyMs: 40})
+		waitForTraffic(t, f, ns, 2)
+		f.When().AnnotateNamespace(ns, canary.AnnotationTargetMode, &mode)
+		optIn(f, ns, "1-26", 30)
+
+		// web's wave passes on the share of connections ztunnel failed
+		// (none); no proxy sees a request, so no latency check runs.
+		waitForEvent(f, "Namespace", "", ns, "WavePassed: wave 1 passed (rollout, injection, xds-sync, error-rate): moved web")
+		st := waitForPhase(f, ns, canary.PhaseRolledBack, 4*time.Minute)
+		assert.Regexp(t, `^rolled back 1 workloads to 1-26: wave 2 failed: error-rate fail: cart: \d+\.\d\d% > threshold 5\.00%`, st.Reason)
+		er, ok := verdictOf(st, "error-rate")
+		require.True(t, ok)
+		require.Len(t, er.Measurements, 1)
+		t.Logf("cart in ambient, staged to fail 30%% of its connections, measured %.2f%% from ztunnel's counters", er.Measurements[0].Value*100)
+		assert.InDelta(t, 0.3, er.Measurements[0].Value, 0.05)
+		assert.Nil(t, er.Measurements[0].Baseline, "ztunnel's connections have no sidecar baseline")
+		f.WaitForRolledOut(ns, "cart")
+		f.Then().PodsOnRevision(ns, "cart", "1-26")
+		assert.Equal(t, 2, counter.get("PATCH deployments "+ns+"/cart"), "into ambient, and back")
+		assert.Equal(t, 1, counter.get("PATCH deployments "+ns+"/web"), "the wave that passed stays in ambient")
+	})
+}
+
+// holdersMetric is meshwave_revision_holders{revision,reason} as reg
+// gathers it.
+func holdersMetric(t *testing.T, reg *prometheus.Registry, revision string, reason canary.HolderReason) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range families {
+		if mf.GetName() != "meshwave_revision_holders" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["revision"] == revision && labels["reason"] == string(reason) {
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	t.Fatalf("no meshwave_revision_holders{revision=%q,reason=%q}", revision, reason)
+	return 0
 }

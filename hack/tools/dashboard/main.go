@@ -120,7 +120,8 @@ func build() (dashboard.Dashboard, error) {
 		WithPanel(timeseries.NewPanelBuilder().Title("Pods still on each revision, by reason").
 			Description("Every pod a revision injected, cluster-wide, by what meshwave does about it: will_move and moving are on their way; " +
 				"cronjob, job, bare_pod, replicaset, not_opted_in, gateway, skip and the other reasons are not moved by meshwave; " +
-				"pod_succeeded and pod_failed run no proxy but count as the revision in use for tools that count pods. " +
+				"pod_succeeded and pod_failed run no proxy but count as the revision in use for tools that count pods; " +
+				"ambient pods run no sidecar, in ambient mode through the revision's ztunnel on their node. " +
 				"A revision is empty when it has no line left; meshwave holders <revision> lists the pods.").
 			Datasource(datasource).Height(8).Span(24).Min(0).Decimals(0).
 			WithTarget(query(`sum by (revision, reason) `+leading(`meshwave_revision_holders`)+` > 0`, "{{revision}} {{reason}}")))
