@@ -33,8 +33,11 @@ var (
 	authorizationPoliciesResource = schema.GroupVersionResource{Group: "security.istio.io", Version: "v1", Resource: "authorizationpolicies"}
 	// The Gateway API's gateways, for a move to ambient's waypoint.
 	gatewaysResource = schema.GroupVersionResource{Group: "gateway.networking.k8s.io", Version: "v1", Resource: "gateways"}
-	compatResources  = []schema.GroupVersionResource{envoyFiltersResource, telemetriesResource, sailIstiosResource,
-		peerAuthenticationsResource, authorizationPoliciesResource, gatewaysResource}
+	// The subset routing a move to ambient warns of.
+	virtualServicesResource  = schema.GroupVersionResource{Group: "networking.istio.io", Version: "v1", Resource: "virtualservices"}
+	destinationRulesResource = schema.GroupVersionResource{Group: "networking.istio.io", Version: "v1", Resource: "destinationrules"}
+	compatResources          = []schema.GroupVersionResource{envoyFiltersResource, telemetriesResource, sailIstiosResource,
+		peerAuthenticationsResource, authorizationPoliciesResource, gatewaysResource, virtualServicesResource, destinationRulesResource}
 )
 
 // compatRecheck is how often discovery is asked again for the kinds whose
@@ -288,6 +291,12 @@ func slimCompat(gvr schema.GroupVersionResource) cache.TransformFunc {
 			keep("spec", "selector")
 			keep("spec", "mtls")
 			keep("spec", "portLevelMtls")
+		case virtualServicesResource, destinationRulesResource:
+			// Only the subsets' names stay (a slim object keeps its own).
+			keep("spec", "subsetNames")
+			if names := subsetNames(gvr, u.Object); len(names) > 0 {
+				_ = unstructured.SetNestedStringSlice(out.Object, names, "spec", "subsetNames")
+			}
 		case gatewaysResource:
 			// Its listeners and addresses stay out: the waypoint step
 			// reads its class, revision and Programmed condition.
@@ -380,6 +389,16 @@ func (cc *compatCaches) gather(ns, rootNamespace string) canary.Compat {
 			out.AuthorizationPolicies = append(out.AuthorizationPolicies, ap)
 		}
 	}
+	for _, r := range []struct {
+		gvr  schema.GroupVersionResource
+		kind string
+	}{{destinationRulesResource, "DestinationRule"}, {virtualServicesResource, "VirtualService"}} {
+		for _, u := range cc.list(r.gvr, ns) {
+			if names, _, _ := unstructured.NestedStringSlice(u.Object, "spec", "subsetNames"); len(names) > 0 {
+				out.SubsetRoutes = append(out.SubsetRoutes, canary.SubsetRoute{Kind: r.kind, Namespace: u.GetNamespace(), Name: u.GetName(), Subsets: names})
+			}
+		}
+	}
 	for _, u := range cc.list(gatewaysResource, ns) {
 		g := canary.Gateway{Namespace: u.GetNamespace(), Name: u.GetName(), Revision: u.GetLabels()[canary.LabelRev], For: u.GetLabels()[canary.LabelWaypointFor]}
 		g.Class, _, _ = unstructured.NestedString(u.Object, "spec", "gatewayClassName")
@@ -415,6 +434,39 @@ func (cc *compatCaches) gather(ns, rootNamespace string) canary.Compat {
 			is.GracePeriodSeconds = &g
 		}
 		out.SailIstios = append(out.SailIstios, is)
+	}
+	return out
+}
+
+// subsetNames are the subsets a DestinationRule defines, or a
+// VirtualService's routes (http, tcp, tls) send to, each once in order.
+func subsetNames(gvr schema.GroupVersionResource, obj map[string]any) []string {
+	var out []string
+	add := func(name any) {
+		if s, ok := name.(string); ok && s != "" && !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	if gvr == destinationRulesResource {
+		subsets, _, _ := unstructured.NestedSlice(obj, "spec", "subsets")
+		for _, s := range subsets {
+			if m, ok := s.(map[string]any); ok {
+				add(m["name"])
+			}
+		}
+		return out
+	}
+	for _, kind := range []string{"http", "tcp", "tls"} {
+		routes, _, _ := unstructured.NestedSlice(obj, "spec", kind)
+		for _, r := range routes {
+			rm, _ := r.(map[string]any)
+			dests, _ := rm["route"].([]any)
+			for _, d := range dests {
+				dm, _ := d.(map[string]any)
+				dest, _ := dm["destination"].(map[string]any)
+				add(dest["subset"])
+			}
+		}
 	}
 	return out
 }

@@ -112,6 +112,22 @@ func compatObjects() []runtime.Object {
 			"targetRefs": []any{map[string]any{"kind": "Gateway", "group": "gateway.networking.k8s.io", "name": "waypoint"}},
 			"rules":      []any{map[string]any{"to": []any{map[string]any{"operation": map[string]any{"methods": []any{"GET"}}}}}},
 		}),
+		unstructuredObj(destinationRulesResource, "DestinationRule", "shop", "reviews", map[string]any{
+			"host":    "reviews",
+			"subsets": []any{map[string]any{"name": "v1", "labels": map[string]any{"version": "v1"}}, map[string]any{"name": "v2", "labels": map[string]any{"version": "v2"}}},
+		}),
+		unstructuredObj(destinationRulesResource, "DestinationRule", "shop", "tls-only", map[string]any{"host": "ratings", "trafficPolicy": map[string]any{}}),
+		unstructuredObj(virtualServicesResource, "VirtualService", "shop", "reviews", map[string]any{
+			"hosts": []any{"reviews"},
+			"http": []any{map[string]any{"route": []any{
+				map[string]any{"destination": map[string]any{"host": "reviews", "subset": "v2"}, "weight": int64(90)},
+				map[string]any{"destination": map[string]any{"host": "reviews", "subset": "v1"}, "weight": int64(10)},
+			}}},
+			"tcp": []any{map[string]any{"route": []any{map[string]any{"destination": map[string]any{"host": "reviews", "subset": "v2"}}}}},
+		}),
+		unstructuredObj(virtualServicesResource, "VirtualService", "media", "elsewhere", map[string]any{
+			"http": []any{map[string]any{"route": []any{map[string]any{"destination": map[string]any{"host": "x", "subset": "v9"}}}}},
+		}),
 		unstructuredObj(sailIstiosResource, "Istio", "", "default", map[string]any{
 			"updateStrategy": map[string]any{"type": "RevisionBased", "inactiveRevisionDeletionGracePeriodSeconds": int64(600)},
 		}),
@@ -138,7 +154,7 @@ func newCompatCaches(t *testing.T, disc *servedKinds, recheck time.Duration) (*C
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
 		envoyFiltersResource: "EnvoyFilterList", telemetriesResource: "TelemetryList", sailIstiosResource: "IstioList",
 		peerAuthenticationsResource: "PeerAuthenticationList", authorizationPoliciesResource: "AuthorizationPolicyList",
-		gatewaysResource: "GatewayList",
+		gatewaysResource: "GatewayList", virtualServicesResource: "VirtualServiceList", destinationRulesResource: "DestinationRuleList",
 	}, compatObjects()...)
 	for _, o := range gatewayObjects() {
 		u := o.(*unstructured.Unstructured)
@@ -342,4 +358,14 @@ func waypointShop(compat canary.Compat) canary.Snapshot {
 			"1-25": {Name: "1-25", Istiods: 1, ReadyIstiods: 1}, "1-26": {Name: "1-26", Istiods: 1, ReadyIstiods: 1}}},
 		Compat: compat,
 	}
+}
+
+func TestTheNamespacesSubsetRoutingIsGatheredByName(t *testing.T) {
+	disc := &servedKinds{served: map[schema.GroupVersionResource]bool{virtualServicesResource: true, destinationRulesResource: true}}
+	c, _ := newCompatCaches(t, disc, time.Hour)
+	got := gatherShop(t, c)
+	assert.Equal(t, []canary.SubsetRoute{
+		{Kind: "DestinationRule", Namespace: "shop", Name: "reviews", Subsets: []string{"v1", "v2"}},
+		{Kind: "VirtualService", Namespace: "shop", Name: "reviews", Subsets: []string{"v2", "v1"}},
+	}, got.SubsetRoutes, "a DestinationRule without subsets, and another namespace's, are left out")
 }

@@ -650,3 +650,35 @@ func TestARollbackFromAnEnrolledNamespaceCountsADataplaneLabelPutBackAsARevert(t
 	assert.Equal(t, labelRevertLimit-1, writes)
 	assert.Equal(t, PhasePaused, s.status.Phase)
 }
+
+// Istio's guide asks a person to move subset routing to HTTPRoute and a
+// Service per version, and to rekey what counts reporter="destination",
+// before pods leave their sidecars: meshwave says so before the first
+// wave, and moves on.
+func TestAMoveToAmbientWarnsOfSubsetRoutingAndOfDestinationReportedTelemetry(t *testing.T) {
+	s := ambientSim(t, deploy("a"), deploy("b"))
+	s.snap.Compat.SubsetRoutes = []SubsetRoute{
+		{Kind: "DestinationRule", Namespace: "shop", Name: "reviews", Subsets: []string{"v1", "v2"}},
+		{Kind: "VirtualService", Namespace: "shop", Name: "reviews", Subsets: []string{"v2"}},
+	}
+	d := s.decide(nil)
+	require.Equal(t, PhaseMigrating, d.Status.Phase, d.Status.Reason)
+	require.GreaterOrEqual(t, len(d.Status.Warnings), 3)
+	assert.Equal(t, []string{
+		"DestinationRule shop/reviews defines subsets (v1, v2): a pod in ambient is reached through ztunnel, which applies no subset, and a waypoint applies VirtualServices only in part; move them to an HTTPRoute with a Service per version, as Istio's guide says",
+		"VirtualService shop/reviews routes to subsets (v2): a pod in ambient is reached through ztunnel, which applies no subset, and a waypoint applies VirtualServices only in part; move them to an HTTPRoute with a Service per version, as Istio's guide says",
+		reporterWarning,
+	}, d.Status.Warnings[:3])
+
+	// prechecks.strict blocks on the routing, never on the telemetry note.
+	strict := ambientSim(t, deploy("a"), deploy("b"))
+	strict.cfg.StrictPrechecks = true
+	d = strict.decide(nil)
+	assert.Equal(t, PhaseMigrating, d.Status.Phase, d.Status.Reason)
+	strict = ambientSim(t, deploy("a"), deploy("b"))
+	strict.cfg.StrictPrechecks = true
+	strict.snap.Compat.SubsetRoutes = s.snap.Compat.SubsetRoutes[:1]
+	d = strict.decide(nil)
+	assert.Equal(t, PhaseBlocked, d.Status.Phase)
+	assert.Contains(t, d.Status.Reason, "prechecks.strict: DestinationRule shop/reviews defines subsets (v1, v2)")
+}

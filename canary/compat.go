@@ -33,6 +33,17 @@ type Compat struct {
 	// waypoint; GatewayAPI says whether the cluster serves them at all.
 	Gateways   []Gateway
 	GatewayAPI bool
+	// SubsetRoutes are the namespace's VirtualServices that route to a
+	// subset, and its DestinationRules that define subsets.
+	SubsetRoutes []SubsetRoute
+}
+
+// SubsetRoute is a networking.istio.io VirtualService that routes to
+// subsets, or a DestinationRule that defines them.
+type SubsetRoute struct {
+	Kind, Namespace, Name string
+	// Subsets are the subsets' names, in order, each once.
+	Subsets []string
 }
 
 // Gateway is the part of a gateway.networking.k8s.io Gateway the waypoint
@@ -106,6 +117,9 @@ func compatWarnings(m *machine, plan NamespacePlan, sourceRev string) []string {
 	out = append(out, envoyFilterWarnings(m.snap().Compat.EnvoyFilters, moved, source, target)...)
 	out = append(out, telemetryWarnings(m.snap().Compat.Telemetries, moved, m.snap().Workloads)...)
 	out = append(out, sailWarnings(m.snap().Compat.SailIstios, len(plan.Waves), sourceRev, m.cfg)...)
+	if m.st.Mode == ModeAmbient {
+		out = append(out, subsetWarnings(m)...)
+	}
 	return out
 }
 

@@ -200,6 +200,9 @@ func warnings(m *machine, plan NamespacePlan, sourceRev string, compat []string)
 	if _, note := downgrade(m, sourceRev); note != "" {
 		out = append(out, note)
 	}
+	if m.st.Mode == ModeAmbient {
+		out = append(out, reporterWarning)
+	}
 	out = append(out, gitopsWarnings(m, plan)...)
 	inPlan := map[string]bool{}
 	for _, w := range plan.Waves {

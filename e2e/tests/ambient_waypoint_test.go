@@ -77,6 +77,13 @@ func TestAMoveToAmbientBehindAWaypointIsJudgedThroughIt(t *testing.T) {
 		f.WaitForStatefulSetRolledOut(ns, "db")
 		f.WaitForDaemonSetRolledOut(ns, "agent")
 		waypoint(f, ns)
+		// Subset routing Istio's guide moves to HTTPRoute: a warning, not a block.
+		_, err := dyn.Resource(schema.GroupVersionResource{Group: "networking.istio.io", Version: "v1", Resource: "destinationrules"}).Namespace(ns).Create(f.Ctx, &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "networking.istio.io/v1", "kind": "DestinationRule",
+			"metadata": map[string]any{"name": "web", "namespace": ns},
+			"spec": map[string]any{"host": "web", "subsets": []any{map[string]any{"name": "v1", "labels": map[string]any{"version": "v1"}}}},
+		}}, metav1.CreateOptions{})
+		require.NoError(t, err)
 		waitForTraffic(t, f, ns, 4)
 		f.When().AnnotateNamespace(ns, canary.AnnotationTargetMode, &mode).AnnotateNamespace(ns, canary.AnnotationWaypoint, &name)
 		optIn(f, ns, "1-26", 10)
@@ -85,6 +92,8 @@ func TestAMoveToAmbientBehindAWaypointIsJudgedThroughIt(t *testing.T) {
 		assert.Equal(t, canary.ModeAmbient, st.Mode)
 		assert.Equal(t, "waypoint", st.WaypointSet)
 		assert.True(t, st.NamespaceEnrolled)
+		assert.Contains(t, st.Warnings, "DestinationRule wp/web defines subsets (v1): a pod in ambient is reached through ztunnel, which applies no subset, and a waypoint applies VirtualServices only in part; move them to an HTTPRoute with a Service per version, as Istio's guide says")
+		assert.Contains(t, st.Warnings, `dashboards and alerts keyed on reporter="destination" lose the moved workloads' requests: in ambient no sidecar reports them; a waypoint reports them with reporter="waypoint", and ztunnel only connections (istio_tcp_*)`)
 		nsObj, err := f.Client.CoreV1().Namespaces().Get(f.Ctx, ns, metav1.GetOptions{})
 		require.NoError(t, err)
 		assert.Equal(t, "waypoint", nsObj.Labels[canary.LabelUseWaypoint])
