@@ -11,7 +11,7 @@
 // fail the scrape:
 //
 //	meshwave_namespace_phase{namespace,phase}           1 for the current phase, 0 for every other
-//	meshwave_namespace_info{namespace,source_revision,target,target_revision}  always 1
+//	meshwave_namespace_info{namespace,source_revision,target,target_revision,mode}  always 1
 //	meshwave_namespace_wave{namespace}                  the current wave, 1-based; 0 before the first
 //	meshwave_namespace_waves{namespace}                 the total number of waves
 //	meshwave_namespace_workloads{namespace,state}       pending, moving, moved, failed, skipped, rolled_back

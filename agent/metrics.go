@@ -157,7 +157,7 @@ var (
 	phaseDesc = prometheus.NewDesc("meshwave_namespace_phase",
 		"The namespace's migration phase: one series per phase, 1 for the current one.", []string{"namespace", "phase"}, nil)
 	infoDesc = prometheus.NewDesc("meshwave_namespace_info",
-		"Always 1; the labels carry the source and target revisions.", []string{"namespace", "source_revision", "target", "target_revision"}, nil)
+		"Always 1; the labels carry the source and target revisions, and the data-plane mode the migration's waves move into (sidecar or ambient).", []string{"namespace", "source_revision", "target", "target_revision", "mode"}, nil)
 	waveDesc = prometheus.NewDesc("meshwave_namespace_wave",
 		"The current wave, 1-based; 0 before the first.", []string{"namespace"}, nil)
 	wavesDesc = prometheus.NewDesc("meshwave_namespace_waves",
@@ -260,7 +260,11 @@ func namespaceMetrics(n string, st *canary.Status, now time.Time) []prometheus.M
 	for _, p := range canary.Phases {
 		gauge(phaseDesc, b2f(st.Phase == p), n, string(p))
 	}
-	gauge(infoDesc, 1, n, st.SourceRevision, st.Target, st.TargetRevision)
+	mode := "sidecar"
+	if st.Mode == canary.ModeAmbient {
+		mode = "ambient"
+	}
+	gauge(infoDesc, 1, n, st.SourceRevision, st.Target, st.TargetRevision, mode)
 	gauge(waveDesc, float64(st.Wave), n)
 	gauge(wavesDesc, float64(st.TotalWaves), n)
 	for state, v := range map[string]int{"pending": st.Counts.Pending, "moving": st.Counts.Moving, "moved": st.Counts.Moved,

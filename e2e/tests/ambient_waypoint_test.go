@@ -81,7 +81,7 @@ func TestAMoveToAmbientBehindAWaypointIsJudgedThroughIt(t *testing.T) {
 		_, err := dyn.Resource(schema.GroupVersionResource{Group: "networking.istio.io", Version: "v1", Resource: "destinationrules"}).Namespace(ns).Create(f.Ctx, &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "networking.istio.io/v1", "kind": "DestinationRule",
 			"metadata": map[string]any{"name": "web", "namespace": ns},
-			"spec": map[string]any{"host": "web", "subsets": []any{map[string]any{"name": "v1", "labels": map[string]any{"version": "v1"}}}},
+			"spec":     map[string]any{"host": "web", "subsets": []any{map[string]any{"name": "v1", "labels": map[string]any{"version": "v1"}}}},
 		}}, metav1.CreateOptions{})
 		require.NoError(t, err)
 		waitForTraffic(t, f, ns, 4)
@@ -128,8 +128,10 @@ func TestAMoveToAmbientBehindAWaypointIsJudgedThroughIt(t *testing.T) {
 				}
 			}
 		}
+		// The dashboard's mode of the namespace's waves.
+		assert.Equal(t, 1.0, gathered(t, reg, "meshwave_namespace_info", map[string]string{"namespace": ns, "target_revision": "1-26", "mode": "ambient"}))
 		// They hold 1-26 through its ztunnels: the holders metric counts them.
-		assert.Equal(t, float64(moved), holdersMetric(t, reg, "1-26", canary.ReasonAmbient), "meshwave_revision_holders{revision=1-26,reason=ambient}")
+		assert.Equal(t, float64(moved), gathered(t, reg, "meshwave_revision_holders", map[string]string{"revision": "1-26", "reason": string(canary.ReasonAmbient)}), "meshwave_revision_holders{revision=1-26,reason=ambient}")
 		for _, w := range []string{"deployments " + ns + "/web", "deployments " + ns + "/api", "statefulsets " + ns + "/db", "daemonsets " + ns + "/agent"} {
 			assert.Equal(t, 1, counter.get("PATCH "+w), w)
 		}
@@ -205,14 +207,14 @@ func TestAMoveToAmbientBehindAWaypointIsJudgedThroughIt(t *testing.T) {
 	})
 }
 
-// holdersMetric is meshwave_revision_holders{revision,reason} as reg
-// gathers it.
-func holdersMetric(t *testing.T, reg *prometheus.Registry, revision string, reason canary.HolderReason) float64 {
+// gathered is the value of the series of metric name whose labels
+// include want, as reg gathers it.
+func gathered(t *testing.T, reg *prometheus.Registry, name string, want map[string]string) float64 {
 	t.Helper()
 	families, err := reg.Gather()
 	require.NoError(t, err)
 	for _, mf := range families {
-		if mf.GetName() != "meshwave_revision_holders" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
@@ -220,11 +222,15 @@ func holdersMetric(t *testing.T, reg *prometheus.Registry, revision string, reas
 			for _, l := range m.GetLabel() {
 				labels[l.GetName()] = l.GetValue()
 			}
-			if labels["revision"] == revision && labels["reason"] == string(reason) {
+			match := true
+			for k, v := range want {
+				match = match && labels[k] == v
+			}
+			if match {
 				return m.GetGauge().GetValue()
 			}
 		}
 	}
-	t.Fatalf("no meshwave_revision_holders{revision=%q,reason=%q}", revision, reason)
+	t.Fatalf("no %s%v", name, want)
 	return 0
 }

@@ -93,6 +93,10 @@ func build() (dashboard.Dashboard, error) {
 			Datasource(datasource).Height(8).Span(12).Min(0).Decimals(0).
 			WithTarget(query(`max by (namespace) `+leading(`meshwave_namespace_wave{`+ns+`}`), "{{namespace}} wave")).
 			WithTarget(query(`max by (namespace) `+leading(`meshwave_namespace_waves{`+ns+`}`), "{{namespace}} of"))).
+		WithPanel(statetimeline.NewPanelBuilder().Title("Data-plane mode of each namespace's waves").
+			Description("One row per namespace: what its migration's waves move the workloads into, over time. A move to ambient whose sidecars are on another revision runs a sidecar migration onto the target first, then its ambient waves.").
+			Datasource(datasource).Height(6).Span(24).
+			WithTarget(query(`max by (namespace, mode) (`+leading(`meshwave_namespace_info{`+ns+`}`)+`) * 0 + 1`, "{{namespace}} {{mode}}"))).
 		WithPanel(timeseries.NewPanelBuilder().Title("Workloads by state").
 			Datasource(datasource).Height(8).Span(12).Min(0).Decimals(0).
 			WithTarget(query(`sum by (state) `+leading(`meshwave_namespace_workloads{`+ns+`}`), "{{state}}"))).
