@@ -70,6 +70,9 @@ func targetOf(p canary.NamespacePlan) string {
 	case p.AmbientNext:
 		t += " sidecar, then ambient"
 	}
+	if p.Waypoint != "" && (p.Ambient || p.AmbientNext) {
+		t += " behind waypoint " + p.Waypoint
+	}
 	return t
 }
 

@@ -79,6 +79,9 @@ type NamespacePlan struct {
 	// AmbientNext is true when these are the sidecar step's waves, and the
 	// move to ambient follows them.
 	AmbientNext bool
+	// Waypoint is the waypoint the move to ambient puts the namespace
+	// behind (meshwave.io/waypoint), "" for none.
+	Waypoint string
 	// Moved are the workloads already moved to the target in this migration.
 	Moved []string
 	// Failed are the workloads this migration moved that failed their wave
@@ -354,6 +357,7 @@ func planOf(r *Reading, sizes WaveSizes) NamespacePlan {
 	p.TargetRevision = r.Revision
 	p.Priority, p.Target = settings.Priority, settings.Target
 	p.AmbientNext = settings.Mode == ModeAmbient && !p.Ambient
+	p.Waypoint = settings.Waypoint
 	p.status, p.undoing, p.firstWave = plan.status, plan.undoing, 1
 	if st.Wave > 0 {
 		p.firstWave = st.Wave + 1
