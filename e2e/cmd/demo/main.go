@@ -1,10 +1,12 @@
 // Command demo shows meshwave's whole job on the local world: a real
 // control plane, Istio's own istiod and injector for revisions 1-25 and
 // 1-26 (the proxies and their traffic simulated), a sample application in
-// three namespaces and a real Prometheus. The agent
+// four namespaces and a real Prometheus. The agent
 // moves the namespaces to 1-26 in canary waves; one workload breaks on 1-26
 // and is caught by the error-rate check and rolled back while the others
-// complete.
+// complete. The fourth namespace moves from sidecars to ambient behind a
+// waypoint that 1-26's istiod deploys, served by simulated ztunnels and
+// istio-cni node agents: onto 1-26's sidecars first, then out of them.
 //
 // With --check it exits when the migrations end, non-zero unless the
 // outcome is the expected one; otherwise it keeps the world up until
@@ -34,7 +36,10 @@ import (
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/klog/v2"
 
 	"github.com/meshwave/meshwave/agent"
@@ -56,7 +61,11 @@ var app = []struct {
 	{"shop", 10, []string{"frontend", "cart", "checkout"}, [][2]string{{"frontend", "cart"}, {"frontend", "checkout"}}},
 	{"reviews", 20, []string{"reviews", "ratings", "details"}, [][2]string{{"reviews", "ratings"}}},
 	{"media", 30, []string{"catalog", "stream"}, [][2]string{{"catalog", "stream"}}},
+	{ambientNS, 40, []string{"api", "ledger"}, [][2]string{{"api", "ledger"}}},
 }
+
+// ambientNS moves from sidecars to ambient, behind the waypoint waypoint.
+const ambientNS = "payments"
 
 // broken is the workload that fails on 1-26.
 var broken = mesh.WorkloadRef{Namespace: "reviews", Name: "reviews"}
@@ -73,8 +82,8 @@ func main() {
 
 func run() error {
 	dir := flag.String("dir", filepath.Join(os.TempDir(), "meshwave-demo"), "where the world keeps its kubeconfig and data")
-	check := flag.Bool("check", false, "exit when the migrations end; fail unless shop and media completed and reviews rolled back")
-	timeout := flag.Duration("timeout", 6*time.Minute, "give up on the migrations after this long")
+	check := flag.Bool("check", false, "exit when the migrations end; fail unless shop, media and payments (into ambient) completed and reviews rolled back")
+	timeout := flag.Duration("timeout", 8*time.Minute, "give up on the migrations after this long")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -88,13 +97,21 @@ func run() error {
 		fmt.Fprintf(out, time.Now().Format("15:04:05")+" "+format+"\n", args...)
 	}
 
-	say("starting the local world: etcd, kube-apiserver, kube-controller-manager, a fake kubelet, istiod 1-25 and 1-26, Prometheus")
-	w, err := world.Start(ctx, world.Options{Dir: *dir})
+	say("starting the local world: etcd, kube-apiserver, kube-controller-manager, a fake kubelet, istiod 1-25 and 1-26 (ambient), Prometheus")
+	w, err := world.Start(ctx, world.Options{Dir: *dir, Revisions: []mesh.Revision{
+		{Name: "1-25"}, {Name: "1-26", Env: map[string]string{"PILOT_ENABLE_AMBIENT": "true"}},
+	}})
 	if err != nil {
 		return err
 	}
 	defer w.Stop()
 	say("world up in %s; kubeconfig %s", w.BootTime.Round(time.Millisecond), w.Cluster.Kubeconfig)
+	cni, err := installAmbient(ctx, w)
+	if err != nil {
+		return err
+	}
+	defer cni.Stop()
+	say("ambient data plane of 1-26 up: Istio's ztunnel and istio-cni charts on every node, the Gateway API CRDs")
 
 	if err := deploySample(ctx, w); err != nil {
 		return err
@@ -104,7 +121,7 @@ func run() error {
 	if err := w.Prometheus.WaitForScrape(ctx, world.MeshJob, time.Minute); err != nil {
 		return err
 	}
-	if err := w.Prometheus.WaitForQuery(ctx, `sum by (destination_workload) (increase(istio_requests_total{reporter="destination"}[10s])) > 50`, 8, 2*time.Minute); err != nil {
+	if err := w.Prometheus.WaitForQuery(ctx, `sum by (destination_workload) (increase(istio_requests_total{reporter="destination"}[10s])) > 50`, 10, 2*time.Minute); err != nil {
 		return err
 	}
 
@@ -122,7 +139,7 @@ func run() error {
 			return err
 		}
 	}
-	say("opted in shop (priority 10), reviews (20) and media (30) to revision 1-26")
+	say("opted in shop (priority 10), reviews (20), media (30) and payments (40, into ambient behind its waypoint) to revision 1-26")
 
 	final, err := follow(ctx, w, out, tty, *timeout)
 	if err != nil {
@@ -139,7 +156,7 @@ func run() error {
 	if len(problems) > 0 {
 		fmt.Fprintln(out, "\nunexpected outcome:\n  "+strings.Join(problems, "\n  "))
 	} else {
-		fmt.Fprintln(out, "\noutcome as expected: shop and media completed; reviews was caught by the error-rate check and rolled back")
+		fmt.Fprintln(out, "\noutcome as expected: shop and media completed; reviews was caught by the error-rate check and rolled back; payments runs in ambient behind its waypoint")
 	}
 	if *check {
 		if len(problems) > 0 {
@@ -155,7 +172,7 @@ func run() error {
 
 // expected lists how the final state differs from the intended one.
 func expected(rows []agent.NamespaceStatus) []string {
-	want := map[string]canary.Phase{"shop": canary.PhaseCompleted, "media": canary.PhaseCompleted, "reviews": canary.PhaseRolledBack}
+	want := map[string]canary.Phase{"shop": canary.PhaseCompleted, "media": canary.PhaseCompleted, "reviews": canary.PhaseRolledBack, ambientNS: canary.PhaseCompleted}
 	var problems []string
 	seen := map[string]bool{}
 	for _, r := range rows {
@@ -167,6 +184,9 @@ func expected(rows []agent.NamespaceStatus) []string {
 			}
 			problems = append(problems, fmt.Sprintf("%s is %s, not %s", r.Namespace, phase, want[r.Namespace]))
 			continue
+		}
+		if r.Namespace == ambientNS && (r.Status.Mode != canary.ModeAmbient || !r.Status.NamespaceEnrolled || r.Status.WaypointSet != "waypoint") {
+			problems = append(problems, fmt.Sprintf("payments completed without moving into ambient behind its waypoint: mode %q, enrolled %v, waypoint %q", r.Status.Mode, r.Status.NamespaceEnrolled, r.Status.WaypointSet))
 		}
 		if r.Namespace == "reviews" && !strings.Contains(r.Status.Reason, "error-rate fail: reviews:") {
 			problems = append(problems, "reviews was rolled back for another reason: "+r.Status.Reason)
@@ -201,9 +221,11 @@ func measured(st *canary.Status, check, workload string) (float64, bool) {
 func deploySample(ctx context.Context, w *world.World) error {
 	c := w.Cluster.Client
 	for _, a := range app {
-		if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
-			ObjectMeta: metav1.ObjectMeta{Name: a.ns, Labels: map[string]string{mesh.LabelRev: "1-25"}},
-		}, metav1.CreateOptions{}); err != nil {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: a.ns, Labels: map[string]string{mesh.LabelRev: "1-25"}}}
+		if a.ns == ambientNS {
+			ns.Annotations = map[string]string{canary.AnnotationTargetMode: "ambient", canary.AnnotationWaypoint: "waypoint"}
+		}
+		if _, err := c.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 			return err
 		}
 		for i, name := range a.workloads {
@@ -217,6 +239,9 @@ func deploySample(ctx context.Context, w *world.World) error {
 		}
 	}
 	w.Mesh.Traffic().SetBehavior(broken, "1-26", mesh.Behavior{ErrorRatio: stagedErrorRatio, LatencyMs: 40})
+	if err := waypoint(ctx, w, ambientNS); err != nil {
+		return err
+	}
 	deadline := time.Now().Add(time.Minute)
 	for _, a := range app {
 		for _, name := range a.workloads {
@@ -274,7 +299,11 @@ func startAgent(ctx context.Context, w *world.World, dir string) (string, func()
 
 	reg := prometheus.NewRegistry()
 	agent.RegisterClientMetrics(reg)
-	ctrl, err := agent.New(agent.Options{Client: c, Config: cfg, Registerer: reg, Identity: "demo"})
+	dyn, err := dynamic.NewForConfig(w.Cluster.Config)
+	if err != nil {
+		return "", nil, err
+	}
+	ctrl, err := agent.New(agent.Options{Client: c, Dynamic: dyn, Config: cfg, Registerer: reg, Identity: "demo"})
 	if err != nil {
 		return "", nil, err
 	}
@@ -357,7 +386,11 @@ func progressLine(r agent.NamespaceStatus) string {
 	for _, m := range st.Workloads {
 		moving = append(moving, m.Name+"="+strings.ToLower(m.State))
 	}
-	line := fmt.Sprintf("%-8s %-11s wave %d/%d  moved %d/%d", r.Namespace, st.Phase, st.Wave, st.TotalWaves, st.Counts.Moved, st.Counts.Total-st.Counts.Skipped)
+	mode := "sidecar"
+	if st.Mode == canary.ModeAmbient {
+		mode = "ambient"
+	}
+	line := fmt.Sprintf("%-8s %-11s %-7s wave %d/%d  moved %d/%d", r.Namespace, st.Phase, mode, st.Wave, st.TotalWaves, st.Counts.Moved, st.Counts.Total-st.Counts.Skipped)
 	if len(moving) > 0 {
 		line += "  [" + strings.Join(moving, " ") + "]"
 	}
@@ -380,6 +413,87 @@ func allEnded(rows []agent.NamespaceStatus) bool {
 		default:
 			return false
 		}
+		if r.Namespace == ambientNS && r.Status.Phase == canary.PhaseCompleted && r.Status.Mode != canary.ModeAmbient {
+			return false // the sidecar step is done; the move to ambient follows
+		}
 	}
 	return true
+}
+
+// installAmbient installs 1-26's ambient data plane: the Gateway API CRDs,
+// Istio's ztunnel and istio-cni charts, and the simulated node agents'
+// redirection; it waits for a Ready ztunnel and node agent on every node.
+func installAmbient(ctx context.Context, w *world.World) (*mesh.CNI, error) {
+	if err := w.Mesh.InstallGatewayAPI(ctx); err != nil {
+		return nil, err
+	}
+	cni, err := w.Mesh.StartCNI(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := w.Mesh.InstallZtunnel(ctx, "1-26"); err != nil {
+		cni.Stop()
+		return nil, err
+	}
+	if err := w.Mesh.InstallCNI(ctx); err != nil {
+		cni.Stop()
+		return nil, err
+	}
+	c, root := w.Cluster.Client, w.Mesh.RootNamespace()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		nodes, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			cni.Stop()
+			return nil, err
+		}
+		ready := map[string]int{}
+		for _, sel := range []string{"app=ztunnel", "k8s-app=istio-cni-node"} {
+			pods, err := c.CoreV1().Pods(root).List(ctx, metav1.ListOptions{LabelSelector: sel})
+			if err != nil {
+				cni.Stop()
+				return nil, err
+			}
+			for i := range pods.Items {
+				if fixture.PodReady(&pods.Items[i]) {
+					ready[sel]++
+				}
+			}
+		}
+		if ready["app=ztunnel"] == len(nodes.Items) && ready["k8s-app=istio-cni-node"] == len(nodes.Items) {
+			return cni, nil
+		}
+		if time.Now().After(deadline) {
+			cni.Stop()
+			return nil, fmt.Errorf("ztunnel and istio-cni not Ready on every node: %v of %d", ready, len(nodes.Items))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// waypoint creates the Gateway of class istio-waypoint that 1-26's istiod
+// deploys as the namespace's waypoint.
+func waypoint(ctx context.Context, w *world.World, ns string) error {
+	dyn, err := dynamic.NewForConfig(w.Cluster.Config)
+	if err != nil {
+		return err
+	}
+	gw := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+		"metadata": map[string]any{"name": "waypoint", "namespace": ns, "labels": map[string]any{mesh.LabelRev: "1-26"}},
+		"spec": map[string]any{"gatewayClassName": "istio-waypoint",
+			"listeners": []any{map[string]any{"name": "mesh", "port": int64(15008), "protocol": "HBONE"}}},
+	}}
+	gateways := dyn.Resource(schema.GroupVersionResource{Group: "gateway.networking.k8s.io", Version: "v1", Resource: "gateways"}).Namespace(ns)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		_, err := gateways.Create(ctx, gw, metav1.CreateOptions{})
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("create the waypoint's Gateway: %w", err)
+		}
+		time.Sleep(200 * time.Millisecond) // its CRD not established yet
+	}
 }
