@@ -25,7 +25,7 @@ func (c *Caches) ambientHolders(rootNamespace, revision string) ([]canary.Ambien
 	if err != nil {
 		return nil, 0, err
 	}
-	if !slices.Contains(slices.Collect(maps.Values(served)), revision) {
+	if !slices.ContainsFunc(slices.Collect(maps.Values(served)), func(revs []string) bool { return slices.Contains(revs, revision) }) {
 		return nil, 0, nil
 	}
 	ambientNS, err := c.enrolledNamespaces()
@@ -40,7 +40,7 @@ func (c *Caches) ambientHolders(rootNamespace, revision string) ([]canary.Ambien
 	groups := map[key]*canary.AmbientHolder{}
 	total := 0
 	for _, p := range pods {
-		if served[p.Node] != revision || !inAmbient(p, ambientNS[p.Namespace], rootNamespace) {
+		if !slices.Contains(served[p.Node], revision) || !inAmbient(p, ambientNS[p.Namespace], rootNamespace) {
 			continue
 		}
 		o := c.ownerOf(p)
@@ -68,20 +68,24 @@ func (c *Caches) ambientHolders(rootNamespace, revision string) ([]canary.Ambien
 	return out, total, nil
 }
 
-// ztunnelRevisions is the revision of the ztunnel on each node: a pod
-// app=ztunnel of the root namespace, annotated istio.io/rev (as Istio's
-// chart writes it) or labelled so, "default" with neither. A node with
-// none is absent.
-func (c *Caches) ztunnelRevisions(rootNamespace string) (map[string]string, error) {
+// ztunnelRevisions are the revisions of the ztunnels running on each
+// node, in name order: pods app=ztunnel of the root namespace, Running
+// and not deleted, annotated istio.io/rev (as Istio's chart writes it) or
+// labelled so, "default" with neither. A node with none is absent. A pod
+// that ended (evicted, failed) or has not started serves nothing; two
+// running on one node (an upgrade's overlap) both count, as the pods
+// there may be held by either.
+func (c *Caches) ztunnelRevisions(rootNamespace string) (map[string][]string, error) {
 	ztunnels, err := c.Pods.In(rootNamespace).List(labels.SelectorFromSet(labels.Set{"app": "ztunnel"}))
 	if err != nil {
 		return nil, err
 	}
-	served := map[string]string{}
+	served := map[string][]string{}
 	for _, z := range ztunnels {
 		rev := cmp.Or(z.Annotations[canary.LabelRev], z.Labels[canary.LabelRev], "default")
-		if z.DeletionTimestamp == nil && z.Node != "" {
-			served[z.Node] = rev
+		if z.DeletionTimestamp == nil && z.Node != "" && z.Phase == corev1.PodRunning && !slices.Contains(served[z.Node], rev) {
+			served[z.Node] = append(served[z.Node], rev)
+			slices.Sort(served[z.Node])
 		}
 	}
 	return served, nil
@@ -118,7 +122,7 @@ func inAmbient(p *CachedPod, namespaceEnrolled bool, rootNamespace string) bool 
 }
 
 // countAmbient calls count with the namespace of each of pods that runs
-// in ambient, and the revision of the ztunnel on its node.
+// in ambient, and the revision of each ztunnel running on its node.
 func (c *Caches) countAmbient(pods []*CachedPod, rootNamespace string, count func(namespace, revision string)) error {
 	served, err := c.ztunnelRevisions(rootNamespace)
 	if err != nil || len(served) == 0 {
@@ -129,8 +133,10 @@ func (c *Caches) countAmbient(pods []*CachedPod, rootNamespace string, count fun
 		return err
 	}
 	for _, p := range pods {
-		if rev, ok := served[p.Node]; ok && inAmbient(p, enrolled[p.Namespace], rootNamespace) {
-			count(p.Namespace, rev)
+		if revs, ok := served[p.Node]; ok && inAmbient(p, enrolled[p.Namespace], rootNamespace) {
+			for _, rev := range revs {
+				count(p.Namespace, rev)
+			}
 		}
 	}
 	return nil

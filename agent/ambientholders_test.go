@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"k8s.io/apimachinery/pkg/labels"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -76,4 +77,47 @@ IN AMBIENT  OWNER                 PODS  NODES
 amb         StatefulSet/db        1     n1
 shop        ReplicaSet/web-5d8f9  1     n1
 `, out.String())
+}
+
+// A ztunnel pod that ended (evicted: phase Failed) and still sits on its
+// node beside the live ztunnel of another revision serves none of the
+// node's pods: they run through the live one, and hold its revision.
+// Which of the two a node's pods are counted under must not hang on the
+// order the cache lists them in: counted under the dead one, the live
+// revision reads as holding no pod, meshwave holders exits 0 for it, and
+// removing it leaves the pods without a data plane.
+func TestAnEndedZtunnelLeftOnANodeServesNoneOfItsPods(t *testing.T) {
+	ztunnel := func(name, rev string, phase corev1.PodPhase) *corev1.Pod {
+		p := injectedPod("istio-system", name, "", phase, owned("apps/v1", "DaemonSet", "ztunnel-"+rev))
+		p.Spec.NodeName = "n1"
+		p.Labels["app"] = "ztunnel"
+		p.Annotations = map[string]string{canary.LabelRev: rev}
+		return p
+	}
+	web := injectedPod("amb", "web-1", "", corev1.PodRunning, owned("apps/v1", "ReplicaSet", "web-5d8f9"))
+	web.Spec.NodeName = "n1"
+	web.Labels[canary.LabelDataplaneMode] = canary.DataplaneAmbient
+	web.Annotations = map[string]string{canary.AnnotationRedirection: canary.RedirectionEnabled}
+	c := cachesOf(t, transform(map[string]bool{canary.AnnotationSidecar: true, canary.AnnotationRedirection: true}),
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "amb"}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "istio-system"}},
+		ztunnel("ztunnel-live", "1-26", corev1.PodRunning),
+		ztunnel("ztunnel-evicted", "1-25", corev1.PodFailed),
+		web)
+	pods, err := c.Pods.List(labels.Everything())
+	require.NoError(t, err)
+	seen := map[string]int{}
+	live, dead := map[int]int{}, map[int]int{}
+	for range 64 {
+		_, n, err := c.ambientHolders("istio-system", "1-26")
+		require.NoError(t, err)
+		live[n]++
+		_, n, err = c.ambientHolders("istio-system", "1-25")
+		require.NoError(t, err)
+		dead[n]++
+		require.NoError(t, c.countAmbient(pods, "istio-system", func(_, rev string) { seen[rev]++ }))
+	}
+	assert.Equal(t, map[int]int{1: 64}, live, "meshwave holders 1-26 lists the pod, every time (pods counted: times)")
+	assert.Equal(t, map[int]int{0: 64}, dead, "meshwave holders 1-25, whose ztunnel ended, lists none, every time (pods counted: times)")
+	assert.Equal(t, map[string]int{"1-26": 64}, seen, "meshwave_revision_holders{reason=ambient} counts the pod under the live ztunnel's revision, every scrape")
 }

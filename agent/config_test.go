@@ -183,3 +183,45 @@ type instantOnly struct{}
 func (instantOnly) Query(context.Context, string, time.Time, ...promv1.Option) (model.Value, promv1.Warnings, promv1.Infos, error) {
 	return model.Vector{}, nil, nil, nil
 }
+
+// A configuration whose only metric check is the latency (the error rate
+// turned off, say for a check of one's own) judges every sidecar wave on
+// Prometheus. On a wave into ambient without a waypoint the latency check
+// is left out of the chain, and nothing else measures the wave: it
+// passes as soon as its pods are up, with no bake time, no metric and
+// nothing in its verdicts saying so.
+func TestAWaveIntoAmbientWithoutAWaypointIsNotPassedUnmeasured(t *testing.T) {
+	cfg, err := ParseConfig([]byte("gates: {sync: {enabled: false}, metrics: {prometheus: {url: 'http://p:9090'}, errorRate: {enabled: false}}}\n"))
+	require.NoError(t, err)
+	build, err := cfg.Gates.BuildGates(cfg.RootNamespace, GateDeps{Prometheus: noProm{}})
+	require.NoError(t, err)
+	measured := func(w canary.WaveUnderTest) bool {
+		for _, v := range build(w).Evaluate(context.Background(), w, w.GatesSince.Add(time.Second)) {
+			if v.Analysis {
+				return true
+			}
+		}
+		return false
+	}
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	pod := canary.Pod{Name: "cart-1", Current: true, Running: true, Ready: true, Node: "n1",
+		Labels:      map[string]string{canary.LabelDataplaneMode: canary.DataplaneAmbient, canary.LabelInject: "false"},
+		Annotations: map[string]string{canary.AnnotationRedirection: canary.RedirectionEnabled}}
+	w := canary.WaveUnderTest{Namespace: "shop", Wave: 1, TargetRevision: "1-26", SourceRevision: "1-26", Expect: "1-26", Ambient: true, GatesSince: now,
+		Workloads: []canary.WaveWorkload{{
+			Workload: canary.Workload{Namespace: "shop", Name: "cart", Replicas: 1, Generation: 2, Pods: []canary.Pod{pod},
+				Status: canary.RolloutStatus{ObservedGeneration: 2, Replicas: 1, UpdatedReplicas: 1, ReadyReplicas: 1, AvailableReplicas: 1}},
+			Record: canary.MoveRecord{Revision: "1-26", At: now, Mode: canary.ModeAmbient}, Deadline: now.Add(5 * time.Minute), Timeout: 5 * time.Minute,
+		}}}
+	sidecar := w
+	sidecar.Ambient, sidecar.SourceRevision = false, "1-25"
+	injected := canary.Pod{Name: "cart-1", Current: true, Running: true, Ready: true, Node: "n1", Revision: "1-26"}
+	sidecar.Workloads = []canary.WaveWorkload{w.Workloads[0]}
+	sidecar.Workloads[0].Pods = []canary.Pod{injected}
+	sidecar.Workloads[0].Record.Mode = ""
+	require.True(t, measured(sidecar), "a sidecar wave is measured by the latency check")
+	behind := w
+	behind.Waypoint = "waypoint"
+	require.True(t, measured(behind), "a wave behind a waypoint is measured through it")
+	assert.True(t, measured(w), "a wave into ambient without a waypoint passes with no metric check, its only one left out of the chain")
+}

@@ -191,3 +191,47 @@ func TestTheBuiltInChecksOfAWaveIntoAmbientReadTheSeriesOfItsMode(t *testing.T) 
 	assert.False(t, latency.Applies(without), "ztunnel measures no latency: the check does not run")
 	assert.True(t, errs.Applies(without))
 }
+
+// ztunnel counts every inbound connection as opened when it builds its
+// result, and one that fails as failed too: the failed are a part of the
+// opened, and the share ztunnel failed is failed / opened. Adding the two
+// would read 50% for a wave whose every connection fails.
+func TestTheZtunnelFailureShareCountsEachFailedConnectionOnce(t *testing.T) {
+	g, err := NewMetricGate(ErrorRateCheck(0.05, 1, 50), &fakeProm{}, time.Minute, 30*time.Second, time.Minute, 0)
+	require.NoError(t, err)
+	w := ambientWave(member("cart", ambientPod("cart-1", "n1", true)))
+	q, err := g.Query(w, t0)
+	require.NoError(t, err)
+	sel := `{reporter="destination",destination_workload_namespace="shop",destination_workload=~"cart"}[1m]`
+	failed := `sum by (destination_workload) (rate(istio_tcp_connections_failed_total` + sel + `))`
+	opened := `sum by (destination_workload) (rate(istio_tcp_connections_opened_total` + sel + `))`
+	assert.Equal(t, `label_replace((`+failed+` or `+opened+` * 0) / `+opened+`, "meshwave_series", "value", "", "")`+
+		` or label_replace(sum by (destination_workload) (increase(istio_tcp_connections_opened_total`+sel+`)), "meshwave_series", "requests", "", "")`, q)
+}
+
+// The built-in outbound check reads what the wave's own sidecars report
+// of their calls: a wave into ambient has none, so the check is left out
+// of its chain while another check measures the wave; alone, it stays,
+// and says, inconclusive, that it cannot.
+func TestTheOutboundCheckStaysOutOfAWaveIntoAmbientThatAnotherCheckMeasures(t *testing.T) {
+	outbound, err := NewMetricGate(OutboundErrorRateCheck(0.05, 0, 20), &fakeProm{}, time.Minute, 30*time.Second, time.Minute, 0)
+	require.NoError(t, err)
+	errs, err := NewMetricGate(ErrorRateCheck(0.05, 0, 20), &fakeProm{}, time.Minute, 30*time.Second, time.Minute, 0)
+	require.NoError(t, err)
+	latency, err := NewMetricGate(LatencyP99Check(1000, 0, 20), &fakeProm{}, time.Minute, 30*time.Second, time.Minute, 0)
+	require.NoError(t, err)
+	sync := SyncGate{}
+	for _, waypoint := range []string{"", "waypoint"} {
+		w := ambientWave(member("cart", ambientPod("cart-1", "n1", true)))
+		w.Waypoint = waypoint
+		want := Chain{sync, errs}
+		if waypoint != "" {
+			want = Chain{sync, errs, latency}
+		}
+		assert.Equal(t, want, Applicable(Chain{sync, errs, latency, outbound}, w), "waypoint %q", waypoint)
+		// With no other check, a wave is never passed unmeasured.
+		assert.Equal(t, Chain{sync, outbound}, Applicable(Chain{sync, outbound}, w), "waypoint %q", waypoint)
+	}
+	sidecar := wave(member("cart", pod("cart-1", "1-26")))
+	assert.Equal(t, Chain{sync, errs, latency, outbound}, Applicable(Chain{sync, errs, latency, outbound}, sidecar))
+}

@@ -16,12 +16,14 @@ func (g *MetricGate) formOf(wave canary.WaveUnderTest) *parsedForm {
 	return g.ztunnel
 }
 
-// Applies reports whether the check runs on the wave at all: a check of
-// L7 telemetry does not on a wave into ambient without a waypoint, where
-// no proxy sees a request (ztunnel sees connections). The wave is then
-// judged by the other checks.
+// Applies reports whether the check runs on the wave at all: a built-in
+// check of L7 telemetry with no form for a wave into ambient does not (the
+// latency without a waypoint, where no proxy sees a request; the outbound
+// check, whose series come from the callers' own sidecars). The wave is
+// then judged by the other checks (Applicable keeps it when none is
+// left). A configured check stays, inconclusive.
 func (g *MetricGate) Applies(wave canary.WaveUnderTest) bool {
-	return !(wave.Ambient && wave.Waypoint == "" && g.Check.L7 && g.ztunnel == nil)
+	return !(wave.Ambient && g.Check.L7 && g.formOf(wave) == nil)
 }
 
 func modeOf(wave canary.WaveUnderTest) string {

@@ -46,14 +46,25 @@ type applier interface {
 
 // Applicable is the chain without the gates that do not run on wave: a
 // check of L7 telemetry on a wave into ambient without a waypoint, where
-// no proxy sees a request.
+// no proxy sees a request. When that would leave none of the chain's
+// metric checks, the chain stays whole: a wave is never passed
+// unmeasured, and those checks say, inconclusive, that they cannot
+// measure it.
 func Applicable(c Chain, wave canary.WaveUnderTest) Chain {
 	out := make(Chain, 0, len(c))
+	checks, left := 0, 0
 	for _, g := range c {
-		if a, ok := g.(applier); ok && !a.Applies(wave) {
-			continue
+		if a, ok := g.(applier); ok {
+			checks++
+			if !a.Applies(wave) {
+				continue
+			}
+			left++
 		}
 		out = append(out, g)
+	}
+	if checks > 0 && left == 0 {
+		return c
 	}
 	return out
 }

@@ -193,12 +193,13 @@ const (
 )
 
 // The same over ztunnel's L4 series, for a wave into ambient without a
-// waypoint: the share of inbound connections ztunnel failed (it counts
-// them apart from those it opened), and the connections as the count.
+// waypoint: the share of inbound connections ztunnel failed, and the
+// connections as the count. ztunnel counts every inbound connection as opened when it builds its
+// result, and one that fails as failed too: the failed are a part of the
+// opened (ztunnel's src/proxy/metrics.rs).
 var (
-	connectionsByDestination = eitherSum(ztunnelSeries("increase", "opened"), ztunnelSeries("increase", "failed"))
-	connectionFailureQuery   = "(" + orZero(ztunnelSeries("rate", "failed"), ztunnelSeries("rate", "opened")) + ") / (" +
-		eitherSum(ztunnelSeries("rate", "opened"), ztunnelSeries("rate", "failed")) + ")"
+	connectionsByDestination = ztunnelSeries("increase", "opened")
+	connectionFailureQuery   = orZero(ztunnelSeries("rate", "failed"), ztunnelSeries("rate", "opened")) + " / " + ztunnelSeries("rate", "opened")
 )
 
 // ztunnelSeries is fn over ztunnel's inbound connections counter of kind
@@ -210,9 +211,6 @@ func ztunnelSeries(fn, kind string) string {
 // orZero is a, or zero where only b has a series: a counter that never
 // moved has none.
 func orZero(a, b string) string { return "(" + a + " or " + b + " * 0)" }
-
-// eitherSum adds a and b where either has a series.
-func eitherSum(a, b string) string { return orZero(a, b) + " + " + orZero(b, a) }
 
 // throughWaypoint is a destination-side query as the waypoint reports it:
 // the same series, with reporter="waypoint".
@@ -243,7 +241,7 @@ func LatencyP99Check(thresholdMs, tolerance, minRequests float64) Check {
 // "verify traffic in both directions" between the two control planes.
 func OutboundErrorRateCheck(threshold, tolerance, minRequests float64) Check {
 	return Check{Name: "outbound-error-rate", Query: outboundErrorQuery, Requests: requestsBySource, GroupBy: "source_workload",
-		Threshold: threshold, Tolerance: tolerance, MinRequests: minRequests, Unit: "ratio"}
+		Threshold: threshold, Tolerance: tolerance, MinRequests: minRequests, Unit: "ratio", L7: true}
 }
 
 // seriesLabel tells the value, the baseline and the request count apart in

@@ -24,8 +24,8 @@ var (
 // namespace's istio.io/use-waypoint, a Ready pod of it), the waypoint
 // reports them with reporter="waypoint", as a sidecar would, errors and
 // latency included; without one, the ztunnel of pod's node counts each
-// as a connection, opened or failed (an error fails it: ztunnel sees no
-// response code).
+// as a connection opened, and an error as one failed too, as ztunnel
+// counts them (it sees no response code).
 func (t *Traffic) recordAmbientLocked(dest WorkloadRef, pod string, callers []WorkloadRef, reqs float64, b Behavior) {
 	if len(callers) == 0 {
 		callers = []WorkloadRef{{LoadGeneratorNamespace, LoadGenerator}}
@@ -45,7 +45,7 @@ func (t *Traffic) recordAmbientLocked(dest WorkloadRef, pod string, callers []Wo
 		for _, c := range []struct {
 			code string
 			n    float64
-		}{{"opened", share * (1 - b.ErrorRatio)}, {"failed", share * b.ErrorRatio}} {
+		}{{"opened", share}, {"failed", share * b.ErrorRatio}} {
 			if c.n <= 0 {
 				continue
 			}
