@@ -125,7 +125,21 @@ func TestPodLabelsEnrolAWorkloadInAmbientWhileItsNamespaceKeepsItsSidecars(t *te
 		return fixture.RolledOut(d, pods), fmt.Sprintf("%+v", d.Status)
 	})
 	expect("waiting", false)
-	f.Then().PodsOnRevision(ns, "waiting", "1-26")
+	// Every pod of waiting back on 1-26's sidecar, judged by the pods
+	// themselves: the Deployment's status may dip once more after its new
+	// pod is Ready, as its controller catches up with the deletion.
+	f.Eventually("waiting's pods Ready on 1-26's sidecars", func() (bool, string) {
+		pods, _, err := f.DeploymentPods(ns, "waiting")
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, p := range pods {
+			if st, injected := mesh.ParseSidecarStatus(p); !injected || st.Revision != "1-26" || !hasSidecar(p) || !fixture.PodReady(p) {
+				return false, p.Name + " is not Ready on 1-26's sidecar"
+			}
+		}
+		return len(pods) == 2, fmt.Sprintf("%d pods", len(pods))
+	})
 }
 
 // TestTheRealIstiodDeploysAWaypointForAGatewayOfItsRevision applies the
