@@ -2,7 +2,6 @@ package agent
 
 import (
 	"cmp"
-	"maps"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -25,7 +24,7 @@ func (c *Caches) ambientHolders(rootNamespace, revision string) ([]canary.Ambien
 	if err != nil {
 		return nil, 0, err
 	}
-	if !slices.ContainsFunc(slices.Collect(maps.Values(served)), func(revs []string) bool { return slices.Contains(revs, revision) }) {
+	if !servesAny(served, revision) {
 		return nil, 0, nil
 	}
 	ambientNS, err := c.enrolledNamespaces()
@@ -140,4 +139,14 @@ func (c *Caches) countAmbient(pods []*CachedPod, rootNamespace string, count fun
 		}
 	}
 	return nil
+}
+
+// servesAny reports whether a ztunnel of revision runs on any node.
+func servesAny(served map[string][]string, revision string) bool {
+	for _, revs := range served {
+		if slices.Contains(revs, revision) {
+			return true
+		}
+	}
+	return false
 }

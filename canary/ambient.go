@@ -55,6 +55,13 @@ func (m Mode) String() string {
 	return string(m)
 }
 
+// enrolled reports whether the namespace of a move to ambient carries
+// istio.io/dataplane-mode=ambient (the move enrolled it, or a person or a
+// sync put it back).
+func (m *machine) enrolled() bool {
+	return m.st.Mode == ModeAmbient && m.snap().Namespace.Labels[LabelDataplaneMode] == DataplaneAmbient
+}
+
 // Place is where a pod's traffic is handled: by a sidecar of a revision,
 // or, in ambient mode, by the ztunnel of its node.
 type Place struct {

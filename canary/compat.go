@@ -46,6 +46,15 @@ type SubsetRoute struct {
 	Subsets []string
 }
 
+// gateway is the namespace's Gateway name, if it has one.
+func (c Compat) gateway(name string) (Gateway, bool) {
+	i := slices.IndexFunc(c.Gateways, func(g Gateway) bool { return g.Name == name })
+	if i < 0 {
+		return Gateway{}, false
+	}
+	return c.Gateways[i], true
+}
+
 // Gateway is the part of a gateway.networking.k8s.io Gateway the waypoint
 // step reads.
 type Gateway struct {

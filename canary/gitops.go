@@ -374,7 +374,7 @@ func labelReverted(m *machine) bool {
 	// and carries no istio.io/rev (ensureLabel); rolling back, meshwave
 	// owns the revision label and the namespace out of ambient, and either
 	// one put back is a revert.
-	enrolled := st.Mode == ModeAmbient && m.snap().Namespace.Labels[LabelDataplaneMode] == DataplaneAmbient
+	enrolled := m.enrolled()
 	if owned == "" || owned != st.ownedLabel() || (current == owned && !enrolled) || (enrolled && !st.rollingBack()) {
 		return false
 	}

@@ -221,7 +221,7 @@ func noControlPlane(m *machine) string {
 }
 
 func ensureLabel(m *machine, value string) {
-	enrolled := m.st.Mode == ModeAmbient && m.snap().Namespace.Labels[LabelDataplaneMode] == DataplaneAmbient
+	enrolled := m.enrolled()
 	switch {
 	case value == "":
 	case enrolled && !m.st.rollingBack():

@@ -2,7 +2,6 @@ package canary
 
 import (
 	"fmt"
-	"slices"
 )
 
 // The labels and class of Istio's waypoints.
@@ -44,12 +43,11 @@ func waypointProblem(m *machine) (why string, passing bool) {
 	if !c.GatewayAPI {
 		return fmt.Sprintf("%s=%s needs the Gateway API, and the cluster serves no gateways.gateway.networking.k8s.io: install the Gateway API CRDs", AnnotationWaypoint, name), false
 	}
-	i := slices.IndexFunc(c.Gateways, func(g Gateway) bool { return g.Name == name })
-	if i < 0 {
+	gw, ok := c.gateway(name)
+	if !ok {
 		return fmt.Sprintf("%s=%s: namespace %s has no Gateway %s; create one of class %s (istioctl waypoint apply -n %s --name %s --revision %s)",
 			AnnotationWaypoint, name, ns.Name, name, WaypointClass, ns.Name, name, m.st.TargetRevision), false
 	}
-	gw := c.Gateways[i]
 	if gw.Class != WaypointClass {
 		return fmt.Sprintf("%s=%s: Gateway %s is of class %q, not %s: it is no waypoint", AnnotationWaypoint, name, name, gw.Class, WaypointClass), false
 	}
@@ -103,12 +101,11 @@ func waypointHoldsEnrolment(m *machine) string {
 	if name == "" {
 		return ""
 	}
-	c := m.snap().Compat
-	i := slices.IndexFunc(c.Gateways, func(g Gateway) bool { return g.Name == name })
-	if i < 0 {
+	gw, ok := m.snap().Compat.gateway(name)
+	if !ok {
 		return fmt.Sprintf("waypoint %s has no Gateway any more", name)
 	}
-	return waypointRevisionProblem(m, c.Gateways[i])
+	return waypointRevisionProblem(m, gw)
 }
 
 // waypointPods are the live pods istiod deployed for the waypoint name.

@@ -25,6 +25,17 @@ func waypointSim(t *testing.T, ws ...Workload) *sim {
 	return s
 }
 
+// toSecondWave runs the canary, "a", into ambient and starts wave 2.
+func (s *sim) toSecondWave() {
+	s.t.Helper()
+	s.decide(nil)
+	s.rollOutAmbient("a")
+	s.decide(s.gates())
+	s.now = s.now.Add(2 * time.Minute)
+	s.decide(nil)
+	require.Equal(s.t, 2, s.status.Wave, s.status.Reason)
+}
+
 func TestAMoveToAmbientPutsTheNamespaceBehindItsWaypointBeforeTheFirstWave(t *testing.T) {
 	s := waypointSim(t, deploy("a"), deploy("b"))
 	d := s.decide(nil)
@@ -134,12 +145,7 @@ func TestARollbackOfEverythingTakesOffTheWaypointLabelMeshwaveSet(t *testing.T) 
 
 func TestAWaveRollbackKeepsTheWaypointWhileEarlierWavesStayInAmbient(t *testing.T) {
 	s := waypointSim(t, deploy("a"), deploy("b"), deploy("c"))
-	s.decide(nil)
-	s.rollOutAmbient("a")
-	s.decide(s.gates())
-	s.now = s.now.Add(2 * time.Minute)
-	s.decide(nil)
-	require.Equal(t, 2, s.status.Wave)
+	s.toSecondWave()
 	s.snap.Namespace.Annotations[AnnotationRollback] = "wave"
 	s.decide(nil)
 	s.playUntil(PhaseRolledBack)
@@ -230,12 +236,7 @@ func TestAWaypointOfAnotherNamespaceBlocksTheMove(t *testing.T) {
 // ambient, and its next pods would come up outside the waypoint.
 func TestAWaveRollbackKeepsTheWaypointForAnEarlierWaveScaledToZero(t *testing.T) {
 	s := waypointSim(t, deploy("a"), deploy("b"), deploy("c"))
-	s.decide(nil)
-	s.rollOutAmbient("a")
-	s.decide(s.gates())
-	s.now = s.now.Add(2 * time.Minute)
-	s.decide(nil)
-	require.Equal(t, 2, s.status.Wave)
+	s.toSecondWave()
 	// a, moved into ambient by wave 1, is scaled to zero.
 	s.snap.Workloads[0].Replicas, s.snap.Workloads[0].Pods = 0, nil
 	s.snap.Workloads[0].Status = RolloutStatus{ObservedGeneration: 1}
@@ -285,12 +286,7 @@ func TestAStatusEditedToClaimThePersonsWaypointLabelNeverTakesItOff(t *testing.T
 // keeps its revision label until the waypoint names its own again.
 func TestTheNamespaceIsNotEnrolledWhileItsWaypointNamesNoRevisionOfItsOwn(t *testing.T) {
 	s := waypointSim(t, deploy("a"), deploy("b"))
-	s.decide(nil)
-	s.rollOutAmbient("a")
-	s.decide(s.gates())
-	s.now = s.now.Add(2 * time.Minute)
-	s.decide(nil)
-	require.Equal(t, 2, s.status.Wave, s.status.Reason)
+	s.toSecondWave()
 	// While the last wave runs, the Gateway loses its own label: istiod
 	// 1-26 still deploys it by the namespace's.
 	s.snap.Compat.Gateways[0].Revision = ""
@@ -317,12 +313,7 @@ func TestAWaypointNamedNoneIsRefused(t *testing.T) {
 // label meshwave set comes off before the new target's migration starts.
 func TestARollbackBeforeANewTargetTakesOffTheWaypointLabelMeshwaveSet(t *testing.T) {
 	s := waypointSim(t, deploy("a"), deploy("b"), deploy("c"))
-	s.decide(nil)
-	s.rollOutAmbient("a")
-	s.decide(s.gates())
-	s.now = s.now.Add(2 * time.Minute)
-	s.decide(nil)
-	require.Equal(t, 2, s.status.Wave)
+	s.toSecondWave()
 	s.snap.Namespace.Annotations[AnnotationRollback] = "all"
 	s.snap.Namespace.Annotations[AnnotationTargetMode] = "sidecar"
 	delete(s.snap.Namespace.Annotations, AnnotationWaypoint)

@@ -149,13 +149,7 @@ func TestAMoveToAmbientBehindAWaypointIsJudgedThroughIt(t *testing.T) {
 		f.When().AnnotateNamespace(ns, canary.AnnotationTargetMode, &mode).AnnotateNamespace(ns, canary.AnnotationWaypoint, &name)
 		optIn(f, ns, "1-26", 20)
 
-		st := waitForPhase(f, ns, canary.PhaseRolledBack, 4*time.Minute)
-		assert.Regexp(t, `^rolled back 1 workloads to 1-26: wave 1 failed: error-rate fail: reviews: \d+\.\d\d% > threshold 5\.00%`, st.Reason)
-		er, ok := verdictOf(st, "error-rate")
-		require.True(t, ok)
-		require.Len(t, er.Measurements, 1)
-		t.Logf("reviews in ambient, staged at 30%% 5xx, measured %.2f%% through the waypoint", er.Measurements[0].Value*100)
-		assert.InDelta(t, 0.3, er.Measurements[0].Value, 0.05)
+		st, _ := rolledBackOnItsErrorRate(f, ns, "reviews", 1, "through the waypoint")
 
 		// Back on its sidecar, injection checked again by the rollback's gates.
 		f.WaitForRolledOut(ns, "reviews")
@@ -192,19 +186,29 @@ func TestAMoveToAmbientBehindAWaypointIsJudgedThroughIt(t *testing.T) {
 		// web's wave passes on the share of connections ztunnel failed
 		// (none); no proxy sees a request, so no latency check runs.
 		waitForEvent(f, "Namespace", "", ns, "WavePassed: wave 1 passed (rollout, injection, xds-sync, error-rate): moved web")
-		st := waitForPhase(f, ns, canary.PhaseRolledBack, 4*time.Minute)
-		assert.Regexp(t, `^rolled back 1 workloads to 1-26: wave 2 failed: error-rate fail: cart: \d+\.\d\d% > threshold 5\.00%`, st.Reason)
-		er, ok := verdictOf(st, "error-rate")
-		require.True(t, ok)
-		require.Len(t, er.Measurements, 1)
-		t.Logf("cart in ambient, staged to fail 30%% of its connections, measured %.2f%% from ztunnel's counters", er.Measurements[0].Value*100)
-		assert.InDelta(t, 0.3, er.Measurements[0].Value, 0.05)
-		assert.Nil(t, er.Measurements[0].Baseline, "ztunnel's connections have no sidecar baseline")
+		_, m := rolledBackOnItsErrorRate(f, ns, "cart", 2, "from ztunnel's failed connections")
+		assert.Nil(t, m.Baseline, "ztunnel's connections have no sidecar baseline")
 		f.WaitForRolledOut(ns, "cart")
 		f.Then().PodsOnRevision(ns, "cart", "1-26")
 		assert.Equal(t, 2, counter.get("PATCH deployments "+ns+"/cart"), "into ambient, and back")
 		assert.Equal(t, 1, counter.get("PATCH deployments "+ns+"/web"), "the wave that passed stays in ambient")
 	})
+}
+
+// rolledBackOnItsErrorRate waits for namespace ns to be rolled back for
+// workload's error rate, staged at 30% in ambient, failing its wave, and
+// returns the status and the measurement, read as read says.
+func rolledBackOnItsErrorRate(f *fixture.Fixture, ns, workload string, wave int, read string) (*canary.Status, canary.Measurement) {
+	t := f.T
+	t.Helper()
+	st := waitForPhase(f, ns, canary.PhaseRolledBack, 4*time.Minute)
+	assert.Regexp(t, fmt.Sprintf(`^rolled back 1 workloads to 1-26: wave %d failed: error-rate fail: %s: \d+\.\d\d%% > threshold 5\.00%%`, wave, workload), st.Reason)
+	er, ok := verdictOf(st, "error-rate")
+	require.True(t, ok)
+	require.Len(t, er.Measurements, 1)
+	t.Logf("%s in ambient, staged at 30%% errors, measured %.2f%% %s", workload, er.Measurements[0].Value*100, read)
+	assert.InDelta(t, 0.3, er.Measurements[0].Value, 0.05)
+	return st, er.Measurements[0]
 }
 
 // gathered is the value of the series of metric name whose labels
