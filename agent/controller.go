@@ -109,7 +109,7 @@ func New(opts Options) (*Controller, error) {
 		cfg:       opts.Config,
 		decisions: opts.Config.Decisions(),
 		caches:    NewCaches(opts.Client, opts.Config.ResyncPeriod.D(), opts.Config.PersistAnnotations),
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(newRetryLimiter(),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "meshwave"}),
 		gates:    opts.Gates,
 		observe:  opts.ObserveGates,
