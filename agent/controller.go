@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -62,6 +63,9 @@ type Options struct {
 	// of the compatibility prechecks, each once Client's discovery lists
 	// it; nil skips those prechecks.
 	Dynamic dynamic.Interface
+	// RestConfig reaches pods through the apiserver's port-forward: the
+	// ztunnels' config dumps of the sync gate. Nil reads none.
+	RestConfig *rest.Config
 }
 
 // Controller moves opted-in namespaces between revisions, one reconcile of
@@ -132,6 +136,9 @@ func New(opts Options) (*Controller, error) {
 		}
 		if deps.Istiods == nil {
 			deps.Istiods = c.caches.Istiods(opts.Config.RootNamespace)
+		}
+		if deps.ZtunnelDumps == nil && opts.RestConfig != nil {
+			deps.ZtunnelDumps = portForwardDumps{config: opts.RestConfig, timeout: opts.Config.Gates.Sync.RequestTimeout.D()}
 		}
 		gates, err := opts.Config.Gates.BuildGates(opts.Config.RootNamespace, deps)
 		if err != nil {

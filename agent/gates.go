@@ -50,8 +50,14 @@ type SyncGate struct {
 	Timeout Duration `json:"timeout"`
 	// Interval is the time between two rounds of questions.
 	Interval Duration `json:"interval"`
-	// RequestTimeout bounds one question to one istiod.
+	// RequestTimeout bounds one question to one istiod, and one read of a
+	// ztunnel's config dump.
 	RequestTimeout Duration `json:"requestTimeout"`
+	// ZtunnelConfigDump reads, for a wave into ambient mode, each SYNCED
+	// ztunnel's /config_dump through the apiserver's port-forward: every
+	// new pod of its node must be held there as HBONE. It needs
+	// pods/portforward in the root namespace; off, syncz alone decides.
+	ZtunnelConfigDump bool `json:"ztunnelConfigDump"`
 }
 
 // MetricGates configures the PromQL checks.
@@ -153,6 +159,7 @@ func defaultGates() Gates {
 			Enabled: true, Mode: "grpc", Port: 15012,
 			TokenFile: "/var/run/secrets/tokens/istio-token",
 			Timeout:   Duration(2 * time.Minute), Interval: Duration(5 * time.Second), RequestTimeout: Duration(5 * time.Second),
+			ZtunnelConfigDump: true,
 		},
 		Metrics: MetricGates{
 			Prometheus:        Prometheus{HTTP: promconfig.DefaultHTTPClientConfig},
@@ -385,6 +392,9 @@ type GateDeps struct {
 	Sync analysis.SyncSource
 	// Prometheus answers PromQL; default from Gates.Metrics.Prometheus.
 	Prometheus analysis.Querier
+	// ZtunnelDumps reads ztunnels' config dumps, when
+	// Gates.Sync.ZtunnelConfigDump is on; nil reads none.
+	ZtunnelDumps analysis.ZtunnelDumps
 	// PodName and PodIP are the agent's own pod, which the gRPC sync
 	// client names in its node ID; the chart sets them from the downward
 	// API as POD_NAME and POD_IP.
@@ -409,7 +419,11 @@ func (g Gates) BuildGates(rootNamespace string, deps GateDeps) (func(canary.Wave
 		if deps.Istiods == nil {
 			return nil, errors.New("the sync gate needs a source of istiod pods")
 		}
-		forward = append(forward, analysis.SyncGate{Source: src, Istiods: deps.Istiods, Ztunnels: deps.Ztunnels, RootNamespace: rootNamespace,
+		var dumps analysis.ZtunnelDumps
+		if g.Sync.ZtunnelConfigDump {
+			dumps = deps.ZtunnelDumps
+		}
+		forward = append(forward, analysis.SyncGate{Source: src, Istiods: deps.Istiods, Ztunnels: deps.Ztunnels, Dumps: dumps, RootNamespace: rootNamespace,
 			Timeout: g.Sync.Timeout.D(), Interval: g.Sync.Interval.D()})
 	}
 	if m := g.Metrics; m.Prometheus.URL != "" || deps.Prometheus != nil {

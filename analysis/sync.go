@@ -51,6 +51,10 @@ type SyncGate struct {
 	// has no sidecar to ask about, and the ztunnel of each new pod's node
 	// must be in sync instead (ztunnelsync.go). Nil: no ztunnel is known.
 	Ztunnels func(node string) []ZtunnelPod
+	// Dumps reads a ztunnel's config dump: once the ztunnels of a wave
+	// into ambient mode are SYNCED, each must hold the wave's new pods of
+	// its node as HBONE (ztunneldump.go). Nil: syncz alone decides.
+	Dumps ZtunnelDumps
 }
 
 // IstiodAnswer is what one istiod replica said, or why it could not be
@@ -93,6 +97,10 @@ func (g SyncGate) Evaluate(ctx context.Context, wave canary.WaveUnderTest, now t
 		return v
 	}
 	v := g.judge(wave, g.observe(ctx, wave), now)
+	if wave.Ambient && g.Dumps != nil && v.Result == canary.ResultPass {
+		pods := g.podsToHold(wave)
+		v = g.judgeHeld(wave, pods, g.readDumps(ctx, pods), v, now)
+	}
 	if wave.Ambient && wave.Waypoint != "" {
 		ww := waypointWave(wave)
 		v = withWaypoint(v, g.judge(ww, g.observe(ctx, ww), now), wave)

@@ -166,7 +166,7 @@ func (cl cli) runCommand(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	ctrl, err := agent.New(agent.Options{Client: client, Metadata: md, Dynamic: dyn, Config: cfg, GateDeps: deps, Registerer: reg, TracerProvider: tp})
+	ctrl, err := agent.New(agent.Options{Client: client, Metadata: md, Dynamic: dyn, RestConfig: rc, Config: cfg, GateDeps: deps, Registerer: reg, TracerProvider: tp})
 	if err != nil {
 		return err
 	}
