@@ -79,6 +79,10 @@ func startAPIServer(tb *harnessTB, etcdURL, dir string) (*apiServer, error) {
 			"--tls-cert-file=" + certFile,
 			"--tls-private-key-file=" + keyFile,
 			"--token-auth-file=" + tokenFile,
+			// A port-forward reaches the fake kubelet at its node's
+			// InternalIP (127.0.0.1); the Hostname address the default
+			// order prefers is the node's name, which does not resolve.
+			"--kubelet-preferred-address-types=InternalIP",
 			// The peer proxy expects the test server's own generated
 			// certificate, which a fixed one replaces; one apiserver has no
 			// peers.

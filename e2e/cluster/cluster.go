@@ -123,6 +123,8 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 
 	factory := informers.NewSharedInformerFactory(c.Client, 0)
 	c.Kubelet = newKubelet(c.Client, opts.Kubelet)
+	// The kubelet's server stops when runCtx ends; Stop waits for it.
+	c.stops = append(c.stops, c.Kubelet.waitServed)
 	if err := c.Kubelet.start(runCtx, factory); err != nil {
 		return nil, err
 	}

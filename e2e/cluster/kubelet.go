@@ -127,7 +127,9 @@ type KubeletOptions struct {
 // real kubelet writes, native sidecars included. A pod that runs to
 // completion ends Succeeded after RunTime, its native sidecars stopped with
 // it. A terminating pod's containers stop after StopDelay: the pod reports
-// a terminal phase and is deleted.
+// a terminal phase and is deleted. It serves the kubelet's port-forward
+// endpoint, so that a client's port-forward through the apiserver
+// (pods/portforward) reaches a port on the pod's IP.
 type Kubelet struct {
 	client kubernetes.Interface
 	opts   KubeletOptions
@@ -147,6 +149,14 @@ type Kubelet struct {
 	// pod Running and when it saw its deletion.
 	started  map[types.UID]time.Time
 	stopping map[types.UID]time.Time
+
+	// port is where the kubelet's HTTPS server (port-forward) listens on
+	// 127.0.0.1, the port every node reports; runtimeAddr is the runtime's
+	// streaming server it hands streams to. served is closed once both
+	// have stopped.
+	port        int
+	runtimeAddr string
+	served      chan struct{}
 }
 
 func newKubelet(client kubernetes.Interface, opts KubeletOptions) *Kubelet {
@@ -300,8 +310,12 @@ func (k *Kubelet) requeueMatching(sel PodSelector) {
 	}
 }
 
-// start registers the nodes and runs the pod loop until ctx ends.
+// start starts the kubelet's server, registers the nodes and runs the pod
+// loop until ctx ends.
 func (k *Kubelet) start(ctx context.Context, factory informers.SharedInformerFactory) error {
+	if err := k.serve(ctx); err != nil {
+		return err
+	}
 	for i := 0; i < k.opts.Nodes; i++ {
 		name := fmt.Sprintf("fake-node-%d", i)
 		node, err := k.registerNode(ctx, name)
@@ -348,7 +362,10 @@ func (k *Kubelet) start(ctx context.Context, factory informers.SharedInformerFac
 
 // registerNode creates a Ready node with room for any pod and no taints,
 // as the node lifecycle controller leaves a Ready node: what the DaemonSet
-// controller needs to run a daemon pod on it.
+// controller needs to run a daemon pod on it. It reports the kubelet's
+// port, where the apiserver reaches it at the node's InternalIP to
+// port-forward to a pod, and declares ExtendWebSocketsToKubelet, as a 1.37
+// kubelet does.
 func (k *Kubelet) registerNode(ctx context.Context, name string) (*corev1.Node, error) {
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
@@ -375,6 +392,10 @@ func (k *Kubelet) registerNode(ctx context.Context, name string) (*corev1.Node, 
 		}},
 		Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}, {Type: corev1.NodeHostName, Address: name}},
 		NodeInfo:  corev1.NodeSystemInfo{KubeletVersion: "v1.37.2-fake", OperatingSystem: "linux", Architecture: "amd64", ContainerRuntimeVersion: "fake://1.0"},
+		DaemonEndpoints: corev1.NodeDaemonEndpoints{
+			KubeletEndpoint: corev1.DaemonEndpoint{Port: int32(k.port)},
+		},
+		DeclaredFeatures: []string{extendWebSocketsToKubelet},
 	}
 	ready, err := k.client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{})
 	if err != nil {
