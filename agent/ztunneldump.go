@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/transport/spdy"
+	streamhttp "k8s.io/streaming/pkg/httpstream"
 
 	"github.com/meshwave/meshwave/analysis"
 )
@@ -86,7 +87,8 @@ func (d portForwardDumps) Workloads(ctx context.Context, z analysis.ZtunnelPod) 
 
 // dialer dials the pod's portforward subresource: a websocket first, SPDY
 // when the apiserver cannot upgrade to one (before Kubernetes 1.30, or
-// behind a proxy that refuses it).
+// behind a proxy that refuses it). The websocket dialer's failures are
+// k8s.io/streaming's, which apimachinery's predicates do not recognise.
 func (d portForwardDumps) dialer(z analysis.ZtunnelPod) (httpstream.Dialer, error) {
 	rc := rest.CopyConfig(d.config)
 	url, _, err := rest.DefaultServerUrlFor(rc)
@@ -104,6 +106,6 @@ func (d portForwardDumps) dialer(z analysis.ZtunnelPod) (httpstream.Dialer, erro
 		return nil, err
 	}
 	return portforward.NewFallbackDialer(viaWebsocket, viaSPDY, func(err error) bool {
-		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
+		return streamhttp.IsUpgradeFailure(err) || streamhttp.IsHTTPSProxyError(err)
 	}), nil
 }

@@ -242,7 +242,9 @@ func Start(f *fixture.Fixture, cfg agent.Config, counter *Counter, identity stri
 	md, err := metadata.NewForConfig(rc)
 	require.NoError(t, err)
 	// As the command runs it: the Jobs' metadata names a CronJob's pods.
-	opts := agent.Options{Client: client, Metadata: md, Config: cfg, Identity: identity}
+	// The port-forwards to ztunnels' admin go uncounted: they are no reads
+	// of the API's objects.
+	opts := agent.Options{Client: client, Metadata: md, Config: cfg, Identity: identity, RestConfig: rest.CopyConfig(f.World.Cluster.Config)}
 	if adjust != nil {
 		adjust(&opts)
 	}

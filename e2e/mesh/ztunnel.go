@@ -68,6 +68,8 @@ type Ztunnel struct {
 	admin     *http.Server
 	nacked    map[string]int
 	lastErr   error
+	// forget is a namespace whose workloads it ACKs but does not keep.
+	forget string
 }
 
 // StartZtunnel starts the simulated ztunnel of node (its pod named name,
@@ -290,6 +292,21 @@ func (z *Ztunnel) Nacked(typeURL string) int {
 	return z.nacked[typeURL]
 }
 
+// Forget makes it drop every workload of namespace, those it holds and
+// those istiod sends from now on, while it goes on ACKing every response:
+// a ztunnel whose state lost what istiod's syncz calls SYNCED. Only its
+// config dump tells. Forget("") keeps every workload again. The stream is
+// opened again, and istiod sends the whole state anew.
+func (z *Ztunnel) Forget(namespace string) {
+	z.mu.Lock()
+	z.forget = namespace
+	z.mu.Unlock()
+	select {
+	case z.restart <- struct{}{}:
+	default:
+	}
+}
+
 // SetStatus makes it answer typeURL's responses as status says from now
 // on: SYNCED ACKs them, STALE never answers, ERROR NACKs them. The stream
 // is opened again, so that the change applies from the first response.
@@ -381,7 +398,7 @@ func (z *Ztunnel) stream(ctx context.Context) error {
 			for _, r := range resp.Resources {
 				held[r.Name] = true
 				if resp.TypeUrl == TypeAddress && r.Resource != nil {
-					if w, ok := workloadOf(r.Resource.Value); ok {
+					if w, ok := workloadOf(r.Resource.Value); ok && (z.forget == "" || w.Namespace != z.forget) {
 						z.workloads[w.UID] = w
 					}
 				}

@@ -95,6 +95,12 @@ func TestANamespaceMovesFromSidecarsToAmbientInWaves(t *testing.T) {
 		}
 		assert.Equal(t, "moved 4 workloads to ambient (1-26) in 3 waves", st.Reason)
 		assert.True(t, st.NamespaceEnrolled)
+		// The last wave (the DaemonSet, a pod a node) was held by each
+		// node's ztunnel as HBONE, read from its config dump through the
+		// apiserver's port-forward.
+		sync, ok := verdictOf(st, "xds-sync")
+		require.True(t, ok)
+		assert.Equal(t, "3 of 3 ztunnels SYNCED with istiod 1-26; 3 of 3 pods held as HBONE by their node's ztunnel", sync.Reason)
 		nsObj, err := f.Client.CoreV1().Namespaces().Get(f.Ctx, ns, metav1.GetOptions{})
 		require.NoError(t, err)
 		assert.Equal(t, mesh.DataplaneModeAmbient, nsObj.Labels[mesh.LabelDataplaneMode])
@@ -181,6 +187,32 @@ func TestANamespaceMovesFromSidecarsToAmbientInWaves(t *testing.T) {
 		f.Then().PodsOnRevision(ns, "b", "1-26")
 		assert.Equal(t, 2, counter.get("PATCH deployments "+ns+"/a"), "into ambient, and back")
 		assert.Zero(t, counter.get("PATCH deployments "+ns+"/b"), "the later wave never started")
+	})
+
+	t.Run("a ztunnel that ACKs a pod it does not hold rolls the wave back, the pod named from its config dump", func(t *testing.T) {
+		f := f.For(t)
+		const ns = "amb-unheld"
+		f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-26"}, nil).
+			Deployment(ns, "a", fixture.Replicas(1)).RolledOut(ns)
+		for _, z := range zs {
+			z.Forget(ns)
+		}
+		t.Cleanup(func() {
+			for _, z := range zs {
+				z.Forget("")
+			}
+		})
+		mode := "ambient"
+		f.When().AnnotateNamespace(ns, canary.AnnotationTargetMode, &mode)
+		optIn(f, ns, "1-26", 20)
+		st := waitForPhase(f, ns, canary.PhaseRolledBack, 3*time.Minute)
+		assert.Equal(t, canary.ModeAmbient, st.Mode)
+		require.Len(t, st.Failures, 1)
+		assert.Equal(t, "a", st.Failures[0].Workload)
+		assert.Equal(t, "xds-sync", st.Failures[0].Gate)
+		assert.Regexp(t, `^ztunnel-\S+ does not hold pod a-\S+$`, st.Failures[0].Reason, "syncz said SYNCED; the dump did not list the pod")
+		f.Then().PodsOnRevision(ns, "a", "1-26")
+		assert.Equal(t, 2, counter.get("PATCH deployments "+ns+"/a"), "into ambient, and back")
 	})
 
 	ambientPolicyAndLostStatus(t, f, counter)

@@ -303,7 +303,7 @@ func startAgent(ctx context.Context, w *world.World, dir string) (string, func()
 	if err != nil {
 		return "", nil, err
 	}
-	ctrl, err := agent.New(agent.Options{Client: c, Dynamic: dyn, Config: cfg, Registerer: reg, Identity: "demo"})
+	ctrl, err := agent.New(agent.Options{Client: c, Dynamic: dyn, RestConfig: w.Cluster.Config, Config: cfg, Registerer: reg, Identity: "demo"})
 	if err != nil {
 		return "", nil, err
 	}
