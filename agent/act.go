@@ -18,6 +18,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -62,6 +63,10 @@ func (c *Controller) act(ctx context.Context, ns *corev1.Namespace, prev *canary
 			stage = evictionStage(d.Status)
 		}
 		events = c.applyEvictions(spanCtx, ns.Name, stage, d.Evictions)
+		// The replaced policies go after the restart that lets them go.
+		var policyEvents []canary.Event
+		policyEvents, err = c.applyPolicies(spanCtx, ns.Name, d)
+		events = append(events, policyEvents...)
 	}
 	for _, e := range d.Events {
 		if (e.Reason == "Restarted" || e.Reason == "MoveRecordRestored") && failed[e.Workload] {
@@ -99,6 +104,15 @@ func (c *Controller) writeNamespace(ctx context.Context, ns *corev1.Namespace, p
 	}
 	if d.ClearRollback {
 		annotations[canary.AnnotationRollback] = nil
+	}
+	if d.ReplacedPolicies != nil {
+		// The copies go out before the restart that lets their policies
+		// be deleted.
+		if *d.ReplacedPolicies == "" {
+			annotations[canary.AnnotationReplacedPolicies] = nil
+		} else {
+			annotations[canary.AnnotationReplacedPolicies] = *d.ReplacedPolicies
+		}
 	}
 	fenceOnly := len(annotations) == 0 && d.Label == "" && !d.EnrolNamespace && d.UseWaypoint == "" && !d.RemoveWaypoint
 	if fenceOnly && len(d.Moves) == 0 && len(d.Evictions) == 0 {
@@ -391,3 +405,60 @@ type refusedWrite struct{ err error }
 
 func (r refusedWrite) Error() string { return r.err.Error() }
 func (r refusedWrite) Unwrap() error { return r.err }
+
+// applyPolicies deletes the replaced policies the decision names, each by
+// its UID (a policy of the same name made since is not the one replaced),
+// and creates again those a rollback restores, from their copies. A
+// policy already gone, or already there again, is done. Each is told with
+// an Event; a failure is returned, and the next decision asks again.
+func (c *Controller) applyPolicies(ctx context.Context, ns string, d canary.Decision) ([]canary.Event, error) {
+	if len(d.DeletePolicies) == 0 && len(d.RestorePolicies) == 0 {
+		return nil, nil
+	}
+	if c.dynamic == nil {
+		return nil, errors.New("replaced policies: the agent has no dynamic client")
+	}
+	policies := c.dynamic.Resource(authorizationPoliciesResource).Namespace(ns)
+	logger := klog.FromContext(ctx)
+	var events []canary.Event
+	var errs []error
+	for _, p := range d.DeletePolicies {
+		uid := types.UID(p.UID)
+		err := policies.Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		switch {
+		case err == nil:
+			logger.Info("Deleted a replaced policy", "policy", p.Name, "uid", p.UID)
+			events = append(events, canary.Event{Type: canary.EventNormal, Reason: "ReplacedPolicyDeleted",
+				Message: fmt.Sprintf("AuthorizationPolicy %s/%s is deleted: %s", ns, p.Name, p.Why)})
+		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+			// Gone already, or another policy of its name: nothing of ours.
+		default:
+			events = append(events, canary.Event{Type: canary.EventWarning, Reason: "ReplacedPolicyDeleteFailed",
+				Message: fmt.Sprintf("AuthorizationPolicy %s/%s could not be deleted: %s", ns, p.Name, answer(err))})
+			errs = append(errs, fmt.Errorf("delete AuthorizationPolicy %s/%s: %w", ns, p.Name, err))
+		}
+	}
+	for _, s := range d.RestorePolicies {
+		obj := &unstructured.Unstructured{}
+		if err := obj.UnmarshalJSON(s.Object); err != nil {
+			events = append(events, canary.Event{Type: canary.EventWarning, Reason: "ReplacedPolicyRestoreFailed",
+				Message: fmt.Sprintf("the copy of AuthorizationPolicy %s/%s in %s cannot be read: %v", ns, s.Name, canary.AnnotationReplacedPolicies, err)})
+			continue
+		}
+		obj.SetNamespace(ns)
+		obj.SetName(s.Name)
+		_, err := policies.Create(ctx, obj, metav1.CreateOptions{FieldManager: "meshwave"})
+		switch {
+		case err == nil:
+			logger.Info("Restored a replaced policy", "policy", s.Name)
+			events = append(events, canary.Event{Type: canary.EventNormal, Reason: "ReplacedPolicyRestored",
+				Message: fmt.Sprintf("AuthorizationPolicy %s/%s, deleted when the workloads it selects left their sidecars, is created again from its copy: they are back on their sidecars", ns, s.Name)})
+		case apierrors.IsAlreadyExists(err):
+		default:
+			events = append(events, canary.Event{Type: canary.EventWarning, Reason: "ReplacedPolicyRestoreFailed",
+				Message: fmt.Sprintf("AuthorizationPolicy %s/%s could not be created again from its copy in %s: %s", ns, s.Name, canary.AnnotationReplacedPolicies, answer(err))})
+			errs = append(errs, fmt.Errorf("restore AuthorizationPolicy %s/%s: %w", ns, s.Name, err))
+		}
+	}
+	return events, errors.Join(errs...)
+}

@@ -2,10 +2,12 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -318,12 +320,16 @@ func slimCompat(gvr schema.GroupVersionResource) cache.TransformFunc {
 				}
 			}
 		case authorizationPoliciesResource:
-			keep("spec", "selector")
-			keep("spec", "targetRef")
-			keep("spec", "targetRefs")
-			keep("spec", "action")
-			// A slim object keeps what it has (slimmed twice).
-			keep("spec", "l7")
+			// The whole spec, labels and annotations: a policy
+			// meshwave.io/delete-replaced-policies deletes is kept as a
+			// copy to create again, and its replacement is known by its
+			// rules. Policies are few and small.
+			keep("spec")
+			out.SetLabels(u.GetLabels())
+			out.SetAnnotations(u.GetAnnotations())
+			if l7 := canary.L7Features(u.Object); len(l7) > 0 {
+				_ = unstructured.SetNestedStringSlice(out.Object, l7, "spec", "l7")
+			}
 			if l7 := canary.L7Features(u.Object); len(l7) > 0 {
 				_ = unstructured.SetNestedStringSlice(out.Object, l7, "spec", "l7")
 			}
@@ -386,6 +392,7 @@ func (cc *compatCaches) gather(ns, rootNamespace string) canary.Compat {
 			ap.TargetRefs = ref || len(refs) > 0
 			ap.L7, _, _ = unstructured.NestedStringSlice(u.Object, "spec", "l7")
 			ap.MeshWide = n == rootNamespace && n != ns && len(ap.MatchLabels) == 0 && !ap.TargetRefs
+			readReplacement(u, &ap)
 			out.AuthorizationPolicies = append(out.AuthorizationPolicies, ap)
 		}
 	}
@@ -469,4 +476,51 @@ func subsetNames(gvr schema.GroupVersionResource, obj map[string]any) []string {
 		}
 	}
 	return out
+}
+
+// readReplacement reads what tells a policy's replacement, and the copy
+// meshwave.io/delete-replaced-policies keeps of it: its UID, action and
+// rules, its targetRefs as Kind/name, the policies its meshwave.io/replaces
+// names, and the policy as it would be created again (the l7 list the
+// informer adds is meshwave's, not the policy's).
+func readReplacement(u *unstructured.Unstructured, ap *canary.AuthorizationPolicy) {
+	ap.UID = string(u.GetUID())
+	ap.Action, _, _ = unstructured.NestedString(u.Object, "spec", "action")
+	if ap.Action == "" {
+		ap.Action = "ALLOW"
+	}
+	if rules, found, _ := unstructured.NestedFieldNoCopy(u.Object, "spec", "rules"); found {
+		if raw, err := json.Marshal(rules); err == nil {
+			ap.Rules = string(raw)
+		}
+	}
+	var refs []any
+	if one, found, _ := unstructured.NestedMap(u.Object, "spec", "targetRef"); found {
+		refs = append(refs, one)
+	}
+	many, _, _ := unstructured.NestedSlice(u.Object, "spec", "targetRefs")
+	for _, r := range append(refs, many...) {
+		if m, _ := r.(map[string]any); m != nil {
+			kind, _ := m["kind"].(string)
+			name, _ := m["name"].(string)
+			ap.Refs = append(ap.Refs, kind+"/"+name)
+		}
+	}
+	for _, name := range strings.Split(u.GetAnnotations()[canary.AnnotationReplaces], ",") {
+		if name = strings.TrimSpace(name); name != "" {
+			ap.Replaces = append(ap.Replaces, name)
+		}
+	}
+	spec, _, _ := unstructured.NestedMap(u.Object, "spec")
+	delete(spec, "l7")
+	metadata := map[string]any{"name": u.GetName(), "namespace": u.GetNamespace()}
+	if l := u.GetLabels(); len(l) > 0 {
+		metadata["labels"] = l
+	}
+	if a := u.GetAnnotations(); len(a) > 0 {
+		metadata["annotations"] = a
+	}
+	if raw, err := json.Marshal(map[string]any{"apiVersion": u.GetAPIVersion(), "kind": u.GetKind(), "metadata": metadata, "spec": spec}); err == nil {
+		ap.Copy = string(raw)
+	}
 }

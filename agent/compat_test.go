@@ -108,10 +108,14 @@ func compatObjects() []runtime.Object {
 			"selector": map[string]any{"matchLabels": map[string]any{"app": "cart"}},
 			"rules":    []any{map[string]any{"to": []any{map[string]any{"operation": map[string]any{"paths": []any{"/admin"}, "ports": []any{"8080"}}}}}},
 		}),
-		unstructuredObj(authorizationPoliciesResource, "AuthorizationPolicy", "shop", "at-waypoint", map[string]any{
-			"targetRefs": []any{map[string]any{"kind": "Gateway", "group": "gateway.networking.k8s.io", "name": "waypoint"}},
-			"rules":      []any{map[string]any{"to": []any{map[string]any{"operation": map[string]any{"methods": []any{"GET"}}}}}},
-		}),
+		func() *unstructured.Unstructured {
+			u := unstructuredObj(authorizationPoliciesResource, "AuthorizationPolicy", "shop", "at-waypoint", map[string]any{
+				"targetRefs": []any{map[string]any{"kind": "Gateway", "group": "gateway.networking.k8s.io", "name": "waypoint"}},
+				"rules":      []any{map[string]any{"to": []any{map[string]any{"operation": map[string]any{"methods": []any{"GET"}}}}}},
+			})
+			u.SetAnnotations(map[string]string{canary.AnnotationReplaces: "paths, older"})
+			return u
+		}(),
 		unstructuredObj(destinationRulesResource, "DestinationRule", "shop", "reviews", map[string]any{
 			"host":    "reviews",
 			"subsets": []any{map[string]any{"name": "v1", "labels": map[string]any{"version": "v1"}}, map[string]any{"name": "v2", "labels": map[string]any{"version": "v2"}}},
@@ -263,9 +267,15 @@ func TestThePoliciesThatChangeMeaningInAmbientAreGatheredWithWhatZtunnelCannotEn
 		{Namespace: "shop", Name: "legacy", MatchLabels: map[string]string{"app": "legacy"}, Mode: "PERMISSIVE", DisabledPorts: []string{"9000"}},
 	}, got.PeerAuthentications)
 	assert.Equal(t, []canary.AuthorizationPolicy{
-		{Namespace: "shop", Name: "at-waypoint", TargetRefs: true, L7: []string{"to.operation.methods"}},
-		{Namespace: "shop", Name: "paths", MatchLabels: map[string]string{"app": "cart"}, L7: []string{"to.operation.paths"}},
-	}, got.AuthorizationPolicies)
+		{Namespace: "shop", Name: "at-waypoint", TargetRefs: true, L7: []string{"to.operation.methods"},
+			Action: "ALLOW", Rules: `[{"to":[{"operation":{"methods":["GET"]}}]}]`, Refs: []string{"Gateway/waypoint"}, Replaces: []string{"paths", "older"},
+			Copy: `{"apiVersion":"security.istio.io/v1","kind":"AuthorizationPolicy","metadata":{"annotations":{"meshwave.io/replaces":"paths, older"},"name":"at-waypoint","namespace":"shop"},` +
+				`"spec":{"rules":[{"to":[{"operation":{"methods":["GET"]}}]}],"targetRefs":[{"group":"gateway.networking.k8s.io","kind":"Gateway","name":"waypoint"}]}}`},
+		{Namespace: "shop", Name: "paths", MatchLabels: map[string]string{"app": "cart"}, L7: []string{"to.operation.paths"},
+			Action: "ALLOW", Rules: `[{"to":[{"operation":{"paths":["/admin"],"ports":["8080"]}}]}]`,
+			Copy: `{"apiVersion":"security.istio.io/v1","kind":"AuthorizationPolicy","metadata":{"name":"paths","namespace":"shop"},` +
+				`"spec":{"rules":[{"to":[{"operation":{"paths":["/admin"],"ports":["8080"]}}]}],"selector":{"matchLabels":{"app":"cart"}}}}`},
+	}, got.AuthorizationPolicies, "the copy is the policy as a person wrote it, without the l7 list the cache adds")
 	assert.Empty(t, got.Unread)
 }
 

@@ -75,13 +75,16 @@ type Controller struct {
 	cfg       Config
 	decisions canary.Config
 	caches    *Caches
-	queue     workqueue.TypedRateLimitingInterface[string]
-	gates     func(canary.WaveUnderTest) analysis.Chain
-	observe   func(canary.WaveUnderTest, []canary.Verdict, time.Time)
-	clock     clock.Clock
-	recorder  record.EventRecorder
-	identity  string
-	stopRec   func()
+	// dynamic deletes and restores the replaced policies; nil when the
+	// agent has no dynamic client.
+	dynamic  dynamic.Interface
+	queue    workqueue.TypedRateLimitingInterface[string]
+	gates    func(canary.WaveUnderTest) analysis.Chain
+	observe  func(canary.WaveUnderTest, []canary.Verdict, time.Time)
+	clock    clock.Clock
+	recorder record.EventRecorder
+	identity string
+	stopRec  func()
 
 	// admitMu serialises the reconciles whose decision reads the peers to
 	// decide whether to start a migration, so that two workers never both
@@ -113,6 +116,7 @@ func New(opts Options) (*Controller, error) {
 		cfg:       opts.Config,
 		decisions: opts.Config.Decisions(),
 		caches:    NewCaches(opts.Client, opts.Config.ResyncPeriod.D(), opts.Config.PersistAnnotations),
+		dynamic:   opts.Dynamic,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(newRetryLimiter(),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "meshwave"}),
 		gates:    opts.Gates,

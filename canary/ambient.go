@@ -197,7 +197,7 @@ func ambientPrecheck(m *machine) string {
 	if why := policiesUnread(m.snap().Compat); why != "" {
 		return why
 	}
-	if why := policyBlocks(m.snap().Compat, m.ns, moved); why != "" {
+	if why := policyBlocks(m, m.plan()); why != "" {
 		return why
 	}
 	why, _ := waypointProblem(m)
@@ -264,7 +264,7 @@ func ambientWaveHeld(m *machine) string {
 	if why := noZtunnel(m.snap(), moved); why != "" {
 		return why
 	}
-	if why := policyBlocks(m.snap().Compat, m.ns, moved); why != "" {
+	if why := policyBlocks(m, m.plan()); why != "" {
 		return why
 	}
 	if why, passing := waypointProblem(m); !passing {

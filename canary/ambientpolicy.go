@@ -49,6 +49,19 @@ type AuthorizationPolicy struct {
 	// One in the root namespace with a selector applies in every
 	// namespace to what it selects.
 	MeshWide bool
+	// UID names this very policy: one of the same name made since is
+	// another.
+	UID string
+	// Action is spec.action, ALLOW when unset; Rules is spec.rules as
+	// canonical JSON: a replacement holds the same.
+	Action, Rules string
+	// Refs are its targetRefs (and targetRef), each as Kind/name.
+	Refs []string
+	// Replaces are the policies its meshwave.io/replaces names.
+	Replaces []string
+	// Copy is the policy as meshwave would create it again (kind, name,
+	// labels, annotations, spec), as JSON; "" when it cannot be kept.
+	Copy string
 }
 
 // L7Features names what of an AuthorizationPolicy (its object as plain
@@ -113,7 +126,8 @@ func L7Features(obj map[string]any) []string {
 //     move to targetRefs on a waypoint first; meshwave never deletes it.
 //
 // What could not be read is policiesUnread's.
-func policyBlocks(c Compat, ns string, moved []Workload) string {
+func policyBlocks(m *machine, plan NamespacePlan) string {
+	c, ns, moved := m.snap().Compat, m.ns, plannedWorkloads(m, plan)
 	var out []string
 	for _, pa := range c.PeerAuthentications {
 		if !pa.MeshWide && (pa.Namespace != ns || !selectsAny(pa.MatchLabels, moved)) {
@@ -132,6 +146,16 @@ func policyBlocks(c Compat, ns string, moved []Workload) string {
 		// matches, as istiod binds it for ztunnel too.
 		if ap.TargetRefs || len(ap.L7) == 0 || !selectsAny(ap.MatchLabels, moved) {
 			continue
+		}
+		if deletesReplaced(ap, ns) {
+			if r := replacementOf(c, ns, m.settings.Waypoint, ap); r != "" {
+				if !m.settings.DeleteReplacedPolicies {
+					out = append(out, fmt.Sprintf("AuthorizationPolicy %s/%s selects workloads by spec.selector and holds what ztunnel cannot enforce (%s), and %s replaces it on the waypoint: once the pods leave their sidecar, ztunnel denies all their traffic under it (an ALLOW) or drops its HTTP conditions (a DENY); delete it then, as Istio's guide does, with %s=true, which keeps its copy for a rollback", ap.Namespace, ap.Name, strings.Join(ap.L7, ", "), r, AnnotationDeleteReplacedPolicies))
+				} else if why := replacedBlock(m, ap, plan); why != "" {
+					out = append(out, why)
+				}
+				continue
+			}
 		}
 		how := "selects workloads by spec.selector"
 		switch {

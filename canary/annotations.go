@@ -112,6 +112,11 @@ type NamespaceSettings struct {
 	// Windows narrow the configured maintenance windows: a wave starts
 	// only when both are open. Nil when the namespace sets none.
 	Windows Windows
+	// DeleteReplacedPolicies deletes, right after their workloads' restart
+	// into ambient, the selector-based L7 AuthorizationPolicies a
+	// waypoint policy replaces, as Istio's guide does
+	// (replacedpolicies.go).
+	DeleteReplacedPolicies bool
 }
 
 // RollbackScope is what a manual rollback returns to the source.
@@ -174,6 +179,16 @@ func ParseNamespace(name string, annotations map[string]string) (NamespaceSettin
 			bad(AnnotationWaypoint, v, "set only with "+AnnotationTargetMode+"=ambient: a waypoint serves pods in ambient")
 		default:
 			s.Waypoint = v
+		}
+	}
+	if v, ok := annotations[AnnotationDeleteReplacedPolicies]; ok {
+		switch {
+		case v != "true" && v != "false":
+			bad(AnnotationDeleteReplacedPolicies, v, `"true" or "false"`)
+		case v == "true" && (s.Mode != ModeAmbient || s.Waypoint == ""):
+			bad(AnnotationDeleteReplacedPolicies, v, "set only with "+AnnotationTargetMode+"=ambient and a "+AnnotationWaypoint+": the replacements are the waypoint's policies")
+		default:
+			s.DeleteReplacedPolicies = v == "true"
 		}
 	}
 	if v, ok := annotations[AnnotationPriority]; ok {

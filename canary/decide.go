@@ -85,6 +85,13 @@ type Decision struct {
 	// once a rollback returned every pod to a sidecar.
 	UseWaypoint    string
 	RemoveWaypoint bool
+	// ReplacedPolicies is the namespace's meshwave.io/replaced-policies
+	// to write, in the same write as the status ("" removes it); nil
+	// leaves it. DeletePolicies go out after the moves, each by its UID;
+	// RestorePolicies are created again from their copies.
+	ReplacedPolicies *string
+	DeletePolicies   []PolicyRef
+	RestorePolicies  []SavedPolicy
 	// Moves are the workload patches.
 	Moves []Move
 	// Evictions replace the pods of OnDelete members, one per workload at

@@ -2,6 +2,7 @@ package canary
 
 import (
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 
@@ -32,6 +33,8 @@ type sim struct {
 	// optedIn is whether the namespace carried its target at the last
 	// decision, as the agent remembers it.
 	optedIn bool
+	// deletedPolicies are the policies a decision deleted, by UID.
+	deletedPolicies map[string]AuthorizationPolicy
 }
 
 func newSim(t *testing.T, ws ...Workload) *sim {
@@ -82,6 +85,13 @@ func (s *sim) apply(d Decision) {
 	}
 	if d.RemoveWaypoint {
 		delete(s.snap.Namespace.Labels, LabelUseWaypoint)
+	}
+	if d.ReplacedPolicies != nil {
+		if *d.ReplacedPolicies == "" {
+			delete(s.snap.Namespace.Annotations, AnnotationReplacedPolicies)
+		} else {
+			s.snap.Namespace.Annotations[AnnotationReplacedPolicies] = *d.ReplacedPolicies
+		}
 	}
 	if d.EnrolNamespace {
 		s.snap.Namespace.Labels[LabelDataplaneMode] = DataplaneAmbient
@@ -137,6 +147,29 @@ func (s *sim) apply(d Decision) {
 				}
 			}
 		}
+	}
+	// The policies, after the moves, as the agent sends them: a delete by
+	// UID, a restore from the copy (a new UID; the copy's object is the
+	// policy the sim kept when it was deleted).
+	for _, ref := range d.DeletePolicies {
+		s.snap.Compat.AuthorizationPolicies = slices.DeleteFunc(s.snap.Compat.AuthorizationPolicies, func(ap AuthorizationPolicy) bool {
+			if ap.Name == ref.Name && ap.UID == ref.UID {
+				if s.deletedPolicies == nil {
+					s.deletedPolicies = map[string]AuthorizationPolicy{}
+				}
+				s.deletedPolicies[ap.UID] = ap
+				return true
+			}
+			return false
+		})
+	}
+	for _, saved := range d.RestorePolicies {
+		if slices.ContainsFunc(s.snap.Compat.AuthorizationPolicies, func(ap AuthorizationPolicy) bool { return ap.Name == saved.Name }) {
+			continue // AlreadyExists
+		}
+		ap := s.deletedPolicies[saved.UID]
+		ap.UID = saved.UID + "-restored"
+		s.snap.Compat.AuthorizationPolicies = append(s.snap.Compat.AuthorizationPolicies, ap)
 	}
 	s.events = append(s.events, d.Events...)
 }

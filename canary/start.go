@@ -203,6 +203,7 @@ func warnings(m *machine, plan NamespacePlan, sourceRev string, compat []string)
 	if m.st.Mode == ModeAmbient {
 		out = append(out, reporterWarning)
 	}
+	out = append(out, replacedNotes(m, plan)...)
 	out = append(out, gitopsWarnings(m, plan)...)
 	inPlan := map[string]bool{}
 	for _, w := range plan.Waves {

@@ -12,6 +12,7 @@ func summarize(m *machine) {
 		ensureLabel(m, st.ownedLabel())
 	}
 	releaseWaypoint(m)
+	replacedPolicies(m)
 	p := m.plan()
 	st.Counts, st.Kinds = count(m, p)
 	st.Skipped = p.Excluded

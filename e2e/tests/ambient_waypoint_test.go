@@ -106,7 +106,7 @@ func TestAMoveToAmbientBehindAWaypointIsJudgedThroughIt(t *testing.T) {
 		}
 		assert.Equal(t, []string{"rollout=Pass", "injection=Pass", "xds-sync=Pass", "error-rate=Pass", "latency-p99=Pass"}, gates)
 		sync, _ := verdictOf(st, "xds-sync")
-		assert.Regexp(t, `^\d+ of \d+ ztunnels SYNCED with istiod 1-26; waypoint waypoint: 1 of 1 proxies SYNCED with istiod 1-26$`, sync.Reason)
+		assert.Regexp(t, `^\d+ of \d+ ztunnels SYNCED with istiod 1-26; \d+ of \d+ pods held as HBONE by their node's ztunnel; waypoint waypoint: 1 of 1 proxies SYNCED with istiod 1-26$`, sync.Reason)
 		er, _ := verdictOf(st, "error-rate")
 		require.NotEmpty(t, er.Measurements)
 		for _, m := range er.Measurements {
@@ -138,18 +138,54 @@ func TestAMoveToAmbientBehindAWaypointIsJudgedThroughIt(t *testing.T) {
 		assert.Zero(t, counter.get("PATCH deployments "+ns+"/waypoint"), "the waypoint itself is never restarted")
 	})
 
-	t.Run("a wave whose error rate through the waypoint rises is rolled back onto its sidecars, and the waypoint label meshwave set taken off", func(t *testing.T) {
+	t.Run("a wave whose error rate through the waypoint rises is rolled back onto its sidecars, the waypoint label meshwave set taken off and the policy it deleted put back", func(t *testing.T) {
 		f := f.For(t)
 		const ns = "wp-bad"
 		f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-26"}, nil).
 			Deployment(ns, "reviews", waveAnnotation("0")).Deployment(ns, "details", waveAnnotation("1")).RolledOut(ns)
 		waypoint(f, ns)
+		// reviews' sidecar enforces an L7 policy; its replacement on the
+		// waypoint holds the same rules. Istio's guide deletes the first
+		// right after the restart, which meshwave does when asked.
+		policies := dyn.Resource(schema.GroupVersionResource{Group: "security.istio.io", Version: "v1", Resource: "authorizationpolicies"}).Namespace(ns)
+		rules := []any{map[string]any{"to": []any{map[string]any{"operation": map[string]any{"methods": []any{"GET", "POST"}}}}}}
+		selectorPolicy, err := policies.Create(f.Ctx, &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "security.istio.io/v1", "kind": "AuthorizationPolicy",
+			"metadata": map[string]any{"name": "reviews-methods", "namespace": ns, "labels": map[string]any{"team": "reviews"}},
+			"spec":     map[string]any{"selector": map[string]any{"matchLabels": map[string]any{"app": "reviews"}}, "rules": rules},
+		}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		_, err = policies.Create(f.Ctx, &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "security.istio.io/v1", "kind": "AuthorizationPolicy",
+			"metadata": map[string]any{"name": "reviews-methods-waypoint", "namespace": ns},
+			"spec": map[string]any{"targetRefs": []any{map[string]any{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "waypoint"}},
+				"rules": rules},
+		}}, metav1.CreateOptions{})
+		require.NoError(t, err)
 		f.World.Mesh.Traffic().SetBehavior(mesh.WorkloadRef{Namespace: ns, Name: "reviews"}, mesh.AmbientRevision, mesh.Behavior{ErrorRatio: 0.3, LatencyMs: 40})
 		waitForTraffic(t, f, ns, 2)
-		f.When().AnnotateNamespace(ns, canary.AnnotationTargetMode, &mode).AnnotateNamespace(ns, canary.AnnotationWaypoint, &name)
+		yes := "true"
+		f.When().AnnotateNamespace(ns, canary.AnnotationTargetMode, &mode).AnnotateNamespace(ns, canary.AnnotationWaypoint, &name).
+			AnnotateNamespace(ns, canary.AnnotationDeleteReplacedPolicies, &yes)
 		optIn(f, ns, "1-26", 20)
 
+		waitForEvent(f, "Namespace", "", ns, "ReplacedPolicyDeleted: AuthorizationPolicy wp-bad/reviews-methods is deleted: every workload it selects (deployment reviews) left its sidecar, and reviews-methods-waypoint replaces it on the waypoint")
 		st, _ := rolledBackOnItsErrorRate(f, ns, "reviews", 1, "through the waypoint")
+		assert.Contains(t, st.Warnings, "AuthorizationPolicy wp-bad/reviews-methods, replaced by reviews-methods-waypoint, will be deleted right after the restart of the workloads it selects, as meshwave.io/delete-replaced-policies asks; its copy is kept in meshwave.io/replaced-policies, and a rollback puts it back")
+		waitForEvent(f, "Namespace", "", ns, "ReplacedPolicyRestored: AuthorizationPolicy wp-bad/reviews-methods, deleted when the workloads it selects left their sidecars, is created again from its copy")
+		restored, err := policies.Get(f.Ctx, "reviews-methods", metav1.GetOptions{})
+		require.NoError(t, err)
+		assert.NotEqual(t, selectorPolicy.GetUID(), restored.GetUID(), "created again")
+		assert.Equal(t, selectorPolicy.Object["spec"], restored.Object["spec"], "from its copy")
+		assert.Equal(t, map[string]string{"team": "reviews"}, restored.GetLabels())
+		f.Eventually("the copy to be dropped once it served", func() (bool, string) {
+			n, err := f.Client.CoreV1().Namespaces().Get(f.Ctx, ns, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			_, kept := n.Annotations[canary.AnnotationReplacedPolicies]
+			return !kept, n.Annotations[canary.AnnotationReplacedPolicies]
+		})
 
 		// Back on its sidecar, injection checked again by the rollback's gates.
 		f.WaitForRolledOut(ns, "reviews")

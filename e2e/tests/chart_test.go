@@ -19,11 +19,13 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	authnv1 "k8s.io/api/authentication/v1"
+	authzv1 "k8s.io/api/authorization/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery"
@@ -168,15 +170,16 @@ func TestTheChartInstallsAndItsRBACSuffices(t *testing.T) {
 		kinds[o.GetKind()+"/"+o.GetName()] = o
 	}
 	for _, want := range []string{"ServiceAccount/meshwave", "ClusterRole/meshwave", "ClusterRoleBinding/meshwave", "Role/meshwave-leader",
-		"RoleBinding/meshwave-leader", "ConfigMap/meshwave-config", "ConfigMap/meshwave-dashboard", "Deployment/meshwave",
+		"RoleBinding/meshwave-leader", "Role/meshwave-ztunnel-config", "RoleBinding/meshwave-ztunnel-config", "ConfigMap/meshwave-config", "ConfigMap/meshwave-dashboard", "Deployment/meshwave",
 		"Service/meshwave-metrics", "ServiceMonitor/meshwave", "PrometheusRule/meshwave",
 		"ValidatingAdmissionPolicy/meshwave-write-limits", "ValidatingAdmissionPolicyBinding/meshwave-write-limits",
-		"ValidatingAdmissionPolicy/meshwave-eviction-limits", "ValidatingAdmissionPolicyBinding/meshwave-eviction-limits"} {
+		"ValidatingAdmissionPolicy/meshwave-eviction-limits", "ValidatingAdmissionPolicyBinding/meshwave-eviction-limits",
+		"ValidatingAdmissionPolicy/meshwave-policy-limits", "ValidatingAdmissionPolicyBinding/meshwave-policy-limits"} {
 		require.Contains(t, kinds, want)
 	}
 
 	// Least privilege: no wildcards, no secrets.
-	for _, key := range []string{"ClusterRole/meshwave", "Role/meshwave-leader"} {
+	for _, key := range []string{"ClusterRole/meshwave", "Role/meshwave-leader", "Role/meshwave-ztunnel-config"} {
 		rules, _, _ := unstructured.NestedSlice(kinds[key].Object, "rules")
 		for _, r := range rules {
 			rule := r.(map[string]any)
@@ -241,6 +244,16 @@ func TestTheChartInstallsAndItsRBACSuffices(t *testing.T) {
 	assert.True(t, apierrors.IsForbidden(err), "secrets are forbidden: %v", err)
 	_, err = saClient.AppsV1().Deployments("default").Create(f.Ctx, fixture.NewDeployment("default", "x"), metav1.CreateOptions{})
 	assert.True(t, apierrors.IsForbidden(err), "creating Deployments is forbidden: %v", err)
+	// The port-forward that reads a ztunnel's config dump, in the root
+	// namespace where ztunnel runs, and nowhere else.
+	for namespace, allowed := range map[string]bool{"istio-system": true, "default": false} {
+		for _, verb := range []string{"create", "get"} {
+			review, err := saClient.AuthorizationV1().SelfSubjectAccessReviews().Create(f.Ctx, &authzv1.SelfSubjectAccessReview{Spec: authzv1.SelfSubjectAccessReviewSpec{
+				ResourceAttributes: &authzv1.ResourceAttributes{Namespace: namespace, Verb: verb, Resource: "pods", Subresource: "portforward"}}}, metav1.CreateOptions{})
+			require.NoError(t, err)
+			assert.Equal(t, allowed, review.Status.Allowed, "%s pods/portforward in %s", verb, namespace)
+		}
+	}
 
 	const ns = "charted"
 	f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, nil).
@@ -298,7 +311,11 @@ func TestTheChartInstallsAndItsRBACSuffices(t *testing.T) {
 		{"a Deployment finalizer", "deployments", "a", []byte(`{"metadata":{"finalizers":["example.com/hold"]}}`), "meshwave may not change the finalizers or owners of a namespace or workload"},
 		{"a Deployment owner", "deployments", "a", []byte(`{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"ghost","uid":"6f1b2c3d-0000-4000-8000-000000000001"}]}}`), "meshwave may not change the finalizers or owners of a namespace or workload"},
 		{"a namespace finalizer", "namespaces", ns, []byte(`{"metadata":{"finalizers":["example.com/hold"]}}`), "meshwave may not change the finalizers or owners of a namespace or workload"},
-		{"another namespace label", "namespaces", ns, []byte(`{"metadata":{"labels":{"team":"evil"}}}`), "meshwave may change only the istio.io/rev label of a namespace"},
+		{"another namespace label", "namespaces", ns, []byte(`{"metadata":{"labels":{"team":"evil"}}}`), "meshwave may change only the istio.io/rev, istio.io/dataplane-mode (to ambient), istio.io/use-waypoint and istio-injection (taking it off) labels of a namespace"},
+		{"a namespace out of ambient", "namespaces", ns, []byte(`{"metadata":{"labels":{"istio.io/dataplane-mode":"none"}}}`), "meshwave may change only the istio.io/rev, istio.io/dataplane-mode (to ambient), istio.io/use-waypoint and istio-injection (taking it off) labels of a namespace"},
+		{"injection turned on", "namespaces", ns, []byte(`{"metadata":{"labels":{"istio-injection":"enabled"}}}`), "meshwave may change only the istio.io/rev, istio.io/dataplane-mode (to ambient), istio.io/use-waypoint and istio-injection (taking it off) labels of a namespace"},
+		{"a pod template taken out of ambient", "deployments", "a", []byte(`{"spec":{"template":{"metadata":{"labels":{"istio.io/dataplane-mode":"none"}}}}}`), "meshwave may only add an app label to a pod template, and the labels of a move to ambient"},
+		{"a pod template's injection forced on", "deployments", "a", []byte(`{"spec":{"template":{"metadata":{"labels":{"sidecar.istio.io/inject":"true"}}}}}`), "meshwave may only add an app label to a pod template, and the labels of a move to ambient"},
 		{"another namespace annotation", "namespaces", ns, []byte(`{"metadata":{"annotations":{"owner":"evil"}}}`), "meshwave may change only meshwave.io/ annotations of a namespace"},
 		{"a StatefulSet partition", "statefulsets", "s", []byte(`{"spec":{"updateStrategy":{"rollingUpdate":{"partition":1}}}}`), "meshwave may not change a StatefulSet's pod spec, selector, replicas, volume claims or update strategy"},
 		{"a StatefulSet's replicas", "statefulsets", "s", []byte(`{"spec":{"replicas":0}}`), "meshwave may not change a StatefulSet's pod spec, selector, replicas, volume claims or update strategy"},
@@ -331,6 +348,63 @@ func TestTheChartInstallsAndItsRBACSuffices(t *testing.T) {
 	require.NoError(t, err, "a move of a StatefulSet is within the limits")
 	_, err = saClient.AppsV1().DaemonSets("limits").Patch(f.Ctx, "d", types.MergePatchType, movePatch, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
 	require.NoError(t, err, "a move of a DaemonSet is within the limits")
+	// A move to ambient: a wave's template labels and, on the way back,
+	// their removal; the namespace enrolled behind its waypoint, and back.
+	intoAmbient := []byte(`{"metadata":{"annotations":{"meshwave.io/move":"{}"}},"spec":{"template":{"metadata":{"labels":{"sidecar.istio.io/inject":"false","istio.io/dataplane-mode":"ambient"},"annotations":{"kubectl.kubernetes.io/restartedAt":"2026-11-30T12:00:00Z"}}}}}`)
+	_, err = saClient.AppsV1().Deployments(ns).Patch(f.Ctx, "a", types.MergePatchType, intoAmbient, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+	require.NoError(t, err, "a move into ambient is within the limits")
+	_, err = f.Client.AppsV1().DaemonSets("limits").Patch(f.Ctx, "d", types.MergePatchType, intoAmbient, metav1.PatchOptions{})
+	require.NoError(t, err)
+	outOfAmbient := []byte(`{"metadata":{"annotations":{"meshwave.io/move":"{}"}},"spec":{"template":{"metadata":{"labels":{"sidecar.istio.io/inject":null,"istio.io/dataplane-mode":null},"annotations":{"kubectl.kubernetes.io/restartedAt":"2026-11-30T12:01:00Z"}}}}}`)
+	_, err = saClient.AppsV1().DaemonSets("limits").Patch(f.Ctx, "d", types.MergePatchType, outOfAmbient, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+	require.NoError(t, err, "a move back onto the sidecar is within the limits")
+	for _, patch := range []string{
+		`{"metadata":{"labels":{"istio.io/use-waypoint":"waypoint"}}}`,
+		`{"metadata":{"labels":{"istio.io/dataplane-mode":"ambient","istio.io/rev":null,"istio-injection":null}}}`,
+	} {
+		_, err = saClient.CoreV1().Namespaces().Patch(f.Ctx, ns, types.MergePatchType, []byte(patch), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		require.NoError(t, err, "%s is within the limits", patch)
+	}
+	_, err = f.Client.CoreV1().Namespaces().Patch(f.Ctx, "limits", types.MergePatchType, []byte(`{"metadata":{"labels":{"istio.io/dataplane-mode":"ambient","istio.io/use-waypoint":"waypoint"}}}`), metav1.PatchOptions{})
+	require.NoError(t, err)
+	_, err = saClient.CoreV1().Namespaces().Patch(f.Ctx, "limits", types.MergePatchType, []byte(`{"metadata":{"labels":{"istio.io/dataplane-mode":null,"istio.io/use-waypoint":null,"istio.io/rev":"1-25"}}}`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+	require.NoError(t, err, "a rollback of a move to ambient is within the limits")
+
+	// Replaced policies: deleted only where asked and copied, by the copy's
+	// UID; created again only from a copy.
+	policies := schema.GroupVersionResource{Group: "security.istio.io", Version: "v1", Resource: "authorizationpolicies"}
+	admin, err := dynamic.NewForConfig(f.World.Cluster.Config)
+	require.NoError(t, err)
+	asAgent, err := dynamic.NewForConfig(sa)
+	require.NoError(t, err)
+	policy := func(name string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "security.istio.io/v1", "kind": "AuthorizationPolicy",
+			"metadata": map[string]any{"name": name, "namespace": "limits"},
+			"spec":     map[string]any{"selector": map[string]any{"matchLabels": map[string]any{"app": "s"}}, "rules": []any{map[string]any{"to": []any{map[string]any{"operation": map[string]any{"paths": []any{"/admin"}}}}}}}}}
+	}
+	copied, err := admin.Resource(policies).Namespace("limits").Create(f.Ctx, policy("copied"), metav1.CreateOptions{})
+	require.NoError(t, err)
+	other, err := admin.Resource(policies).Namespace("limits").Create(f.Ctx, policy("other"), metav1.CreateOptions{})
+	require.NoError(t, err)
+	dryDelete := func(name string, uid types.UID) error {
+		return asAgent.Resource(policies).Namespace("limits").Delete(f.Ctx, name, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}, Preconditions: &metav1.Preconditions{UID: &uid}})
+	}
+	f.Eventually("the policy limits to be enforced", func() (bool, string) {
+		err := dryDelete("copied", copied.GetUID())
+		return err != nil && strings.Contains(err.Error(), "meshwave may delete only an AuthorizationPolicy whose copy its namespace keeps"), fmt.Sprint(err)
+	})
+	copies := fmt.Sprintf(`[{"name":"copied","uid":%q,"migration":"1-26@x","matchLabels":{"app":"s"},"object":{}},{"name":"gone","uid":"0000","migration":"1-26@x","matchLabels":{"app":"s"},"object":{}}]`, copied.GetUID())
+	f.When().AnnotateNamespace("limits", canary.AnnotationReplacedPolicies, &copies)
+	assert.ErrorContains(t, dryDelete("copied", copied.GetUID()), "where meshwave.io/delete-replaced-policies=true", "not where the namespace did not ask for it")
+	yes := "true"
+	f.When().AnnotateNamespace("limits", canary.AnnotationDeleteReplacedPolicies, &yes)
+	require.NoError(t, dryDelete("copied", copied.GetUID()), "a policy whose copy is kept")
+	assert.ErrorContains(t, dryDelete("other", other.GetUID()), "meshwave may delete only an AuthorizationPolicy whose copy its namespace keeps in meshwave.io/replaced-policies")
+	_, err = asAgent.Resource(policies).Namespace("limits").Create(f.Ctx, policy("gone"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	require.NoError(t, err, "created again from its copy")
+	_, err = asAgent.Resource(policies).Namespace("limits").Create(f.Ctx, policy("invented"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	assert.ErrorContains(t, err, "meshwave may create only an AuthorizationPolicy whose copy its namespace keeps in meshwave.io/replaced-policies")
+	f.When().AnnotateNamespace("limits", canary.AnnotationDeleteReplacedPolicies, nil).AnnotateNamespace("limits", canary.AnnotationReplacedPolicies, nil)
 	// Evictions only where a namespace opted in.
 	f.WaitForStatefulSetRolledOut("limits", "s")
 	dryRun := &metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}
