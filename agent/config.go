@@ -87,6 +87,8 @@ type Config struct {
 	// MaintenanceWindows are when a wave may start; empty is always. A
 	// namespace's meshwave.io/maintenance-window narrows them.
 	MaintenanceWindows []MaintenanceWindow `json:"maintenanceWindows"`
+	// Fleet places this cluster in rings of clusters (fleetconfig.go).
+	Fleet FleetConfig `json:"fleet"`
 }
 
 // Prechecks configures the checks before a namespace's first wave.
@@ -139,6 +141,7 @@ func DefaultConfig() Config {
 			RetryPeriod:   Duration(2 * time.Second),
 		},
 		Gates: defaultGates(),
+		Fleet: FleetConfig{Await: "namespace"},
 	}
 }
 
@@ -447,6 +450,7 @@ func (c Config) Validate() error {
 		}
 	}
 	errs = append(errs, c.Gates.validate()...)
+	errs = append(errs, c.Fleet.validate()...)
 	return errors.Join(errs...)
 }
 
@@ -479,5 +483,6 @@ func (c Config) Decisions() canary.Config {
 		MetricChecks:       c.Gates.Metrics.Prometheus.URL != "",
 		BakeTime:           c.Gates.Metrics.BakeTime.D(),
 		StrictPrechecks:    c.Prechecks.Strict,
+		Fleet:              c.Fleet.decisions(),
 	}.WithDefaults()
 }

@@ -77,7 +77,10 @@ type Controller struct {
 	caches    *Caches
 	// dynamic deletes and restores the replaced policies; nil when the
 	// agent has no dynamic client.
-	dynamic  dynamic.Interface
+	dynamic dynamic.Interface
+	// fleet reads the other clusters of the rings; nil for a cluster
+	// alone.
+	fleet    *fleetClusters
 	queue    workqueue.TypedRateLimitingInterface[string]
 	gates    func(canary.WaveUnderTest) analysis.Chain
 	observe  func(canary.WaveUnderTest, []canary.Verdict, time.Time)
@@ -129,6 +132,15 @@ func New(opts Options) (*Controller, error) {
 	}
 	if opts.Metadata != nil {
 		c.caches.WatchJobs(opts.Metadata, opts.Config.ResyncPeriod.D())
+	}
+	if len(opts.Config.Fleet.Rings) > 0 {
+		// The other clusters' kubeconfig Secrets are in the agent's own
+		// namespace, where its lease is.
+		ns := opts.Config.LeaderElection.Namespace
+		if ns == "" {
+			ns = opts.Config.RootNamespace
+		}
+		c.fleet = newFleetClusters(opts.Client, ns, opts.Config.Fleet, c.peerChanged)
 	}
 	if opts.Dynamic != nil {
 		c.caches.WatchCompat(opts.Dynamic, opts.Client.Discovery(), opts.Config.ResyncPeriod.D())
@@ -293,10 +305,25 @@ func (c *Controller) enqueueAll() {
 	}
 }
 
+// peerChanged takes a namespace that changed in another cluster of the
+// fleet to the one of its name here, or, when every namespace of the ring
+// before is awaited (or name is "": a cluster's watch began), to every
+// namespace here.
+func (c *Controller) peerChanged(name string) {
+	if name == "" || c.cfg.Fleet.Await == "ring" {
+		c.enqueueAll()
+		return
+	}
+	c.queue.Add(name)
+}
+
 // Start starts the caches and waits for them to sync. Every replica does
 // this, leader or not, so a new leader starts warm.
 func (c *Controller) Start(ctx context.Context) error {
 	c.caches.Start(ctx)
+	if c.fleet != nil {
+		c.fleet.start(ctx)
+	}
 	if !c.caches.WaitForSync() {
 		return errors.New("informer caches did not sync")
 	}
@@ -404,6 +431,9 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	snap, err := c.caches.Gather(ns, c.cfg.RootNamespace)
 	if err != nil {
 		return fmt.Errorf("gather: %w", err)
+	}
+	if c.fleet != nil {
+		snap.Clusters = c.fleet.clusters()
 	}
 	c.refusedEvictions.attach(key, evictionStage(status), snap.Workloads)
 	admission := &admission{c: c, ns: key, resolve: snap.Mesh.Resolve}

@@ -44,6 +44,9 @@ type Config struct {
 	StrictPrechecks bool
 	// MaintenanceWindows are when a new wave may start; empty is always.
 	MaintenanceWindows Windows
+	// Fleet holds a namespace's waves until the ring before this
+	// cluster's is done with it (fleet.go); zero for a cluster alone.
+	Fleet Fleet
 }
 
 // DefaultConfig is the one set of defaults: the agent's configuration

@@ -29,6 +29,9 @@ type Snapshot struct {
 	// carry a proxy, sorted by ID: meshwave accounts for them but never
 	// restarts them.
 	Unmovable []Unmovable
+	// Clusters are the other clusters of the fleet, by name, as the agent
+	// read them; nil for a cluster alone.
+	Clusters map[string]PeerCluster
 }
 
 // Unmovable is a workload of a kind meshwave never restarts (a Job, a

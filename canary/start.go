@@ -71,6 +71,9 @@ func pending(m *machine) step {
 	if waitForWindow(m, fmt.Sprintf("the first wave of %d", len(plan.Waves))) {
 		return nil
 	}
+	if waitForFleet(m, fmt.Sprintf("the first wave of %d", len(plan.Waves)), true) {
+		return nil
+	}
 	start(m, plan, source, compat)
 	return startWave
 }

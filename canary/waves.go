@@ -141,6 +141,9 @@ func betweenWaves(m *machine) step {
 	if m.plan().Remaining() > 0 && waitForWindow(m, fmt.Sprintf("wave %d", st.Wave+1)) {
 		return nil
 	}
+	if m.plan().Remaining() > 0 && waitForFleet(m, fmt.Sprintf("wave %d", st.Wave+1), false) {
+		return nil
+	}
 	if st.Wave >= maxWaves && m.plan().Remaining() > 0 {
 		// A migration adopted from a move record of the last wave a status
 		// holds (a record meshwave never wrote: no migration has a million

@@ -45,11 +45,12 @@ func (c cli) usage() string {
 	return fmt.Sprintf(`usage: %[1]s <command> [flags]
 
 commands:
-  run      run the agent
-  plan     print the waves the agent would run now, without writing anything
-  status   print each namespace's migration: phase, wave, workloads, verdicts
-  holders  list every pod still injected by a revision, and whether meshwave will move it
-  version  print meshwave's version
+  run                   run the agent
+  plan                  print the waves the agent would run now, without writing anything
+  status                print each namespace's migration: phase, wave, workloads, verdicts
+  holders               list every pod still injected by a revision, and whether meshwave will move it
+  create-remote-secret  make the account the fleet's other clusters read this cluster's namespaces with, and print their Secret
+  version               print meshwave's version
 
 run "%[1]s <command> -h" for a command's flags`, c.name)
 }
@@ -82,6 +83,8 @@ func (c cli) run(ctx context.Context, args []string) int {
 		err = c.statusCommand(ctx, args[1:])
 	case "holders":
 		err = c.holdersCommand(ctx, args[1:])
+	case "create-remote-secret":
+		err = c.createRemoteSecretCommand(ctx, args[1:])
 	case "version", "--version", "-version":
 		err = c.versionCommand(args[1:])
 	case "-h", "--help", "-help", "help":

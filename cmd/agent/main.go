@@ -4,6 +4,7 @@
 //	meshwave plan   [-o table|json] [--config FILE] [--kubeconfig FILE] [--context NAME]
 //	meshwave status [-o table|json] [--kubeconfig FILE] [--context NAME]
 //	meshwave holders REVISION [-o table|json] [--config FILE] [--kubeconfig FILE] [--context NAME]
+//	meshwave create-remote-secret --name CLUSTER [--service-account-namespace NS] [--secret-namespace NS] [--server URL] [--token-expiration D] [--kubeconfig FILE] [--context NAME]
 //	meshwave version
 //
 // Run as kubectl-meshwave, it is the kubectl plugin "kubectl meshwave".
@@ -15,9 +16,12 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"net/http"
 	"os"
 	"os/signal"
+	"sigs.k8s.io/yaml"
+	"strings"
 	"syscall"
 	"time"
 	// The image has no zoneinfo: maintenance windows name IANA zones.
@@ -276,4 +280,46 @@ func (cl cli) statusCommand(ctx context.Context, args []string) error {
 		return err
 	}
 	return agent.RenderStatus(cl.stdout, rows, format)
+}
+
+// createRemoteSecretCommand makes, in the cluster of the kubeconfig, the
+// account that the other clusters of the fleet read its namespaces with,
+// and prints the Secret to apply in each of them.
+func (cl cli) createRemoteSecretCommand(ctx context.Context, args []string) error {
+	var opts common
+	cmd := newCommand("create-remote-secret")
+	opts.register(cmd.shown)
+	name := cmd.shown.String("name", "", "this cluster's `name` in the fleet's rings (required)")
+	accountNS := cmd.shown.String("service-account-namespace", "istio-system", "the `namespace` of the reading account in this cluster")
+	secretNS := cmd.shown.String("secret-namespace", "istio-system", "the `namespace` of the Secret in the other clusters: where their agents run")
+	server := cmd.shown.String("server", "", "the `URL` the other clusters reach this apiserver at (default: the kubeconfig's)")
+	expiration := cmd.shown.Duration("token-expiration", 8760*time.Hour, "how long the account's token lives: create the Secret again before then")
+	if err := cl.parse(cmd, args); err != nil {
+		return err
+	}
+	if msgs := validation.IsDNS1123Label(*name); len(msgs) > 0 {
+		return &usageError{fmt.Sprintf("create-remote-secret: --name %q is not a cluster name (a DNS-1123 label): %s", *name, strings.Join(msgs, "; "))}
+	}
+	if *expiration < 10*time.Minute {
+		return &usageError{fmt.Sprintf("create-remote-secret: --token-expiration %s is not at least 10m, the shortest token the apiserver issues", *expiration)}
+	}
+	rc, err := opts.restConfig()
+	if err != nil {
+		return err
+	}
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	secret, err := agent.CreateRemoteSecret(ctx, client, rc, agent.RemoteSecretOptions{Cluster: *name, AccountNamespace: *accountNS,
+		SecretNamespace: *secretNS, Server: *server, TokenExpiration: *expiration})
+	if err != nil {
+		return err
+	}
+	out, err := yaml.Marshal(secret)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(cl.stdout, "# The Secret the other clusters of the fleet read cluster %s with: apply it in each of them.\n%s", *name, out)
+	return err
 }

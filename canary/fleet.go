@@ -1,0 +1,202 @@
+package canary
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// A fleet moves in rings of clusters, each cluster with its own agent and
+// no server between them: an agent reads the other clusters' namespaces
+// (their meshwave.io/status) and starts a namespace's waves only when the
+// ring before its own is done with them (docs/fleet.md).
+
+// Fleet is the fleet this cluster belongs to: the same rings in every
+// cluster's configuration, and this cluster's own name.
+type Fleet struct {
+	// Cluster is this cluster's name in the rings; "" when the agent runs
+	// alone, and no ring holds anything.
+	Cluster string
+	Rings   []Ring
+	// WholeRing waits for every opted-in namespace of the ring before to
+	// complete, not only the namespace of the same name.
+	WholeRing bool
+}
+
+// Ring is a set of clusters that move together, and how long they must
+// stay completed before the next ring starts.
+type Ring struct {
+	Name     string
+	Clusters []string
+	Soak     time.Duration
+}
+
+// ringOf is the index of cluster's ring, or -1.
+func (f Fleet) ringOf(cluster string) int {
+	for i, r := range f.Rings {
+		if slices.Contains(r.Clusters, cluster) {
+			return i
+		}
+	}
+	return -1
+}
+
+// PeerCluster is what the agent read of another cluster of the fleet.
+type PeerCluster struct {
+	// Err is why it could not be read (no kubeconfig, the apiserver down,
+	// access refused, not synced yet): such a cluster counts as not done.
+	Err string
+	// Namespaces are its namespaces that opted in, by name.
+	Namespaces map[string]PeerNamespace
+}
+
+// PeerNamespace is a namespace of another cluster, as its status says.
+type PeerNamespace struct {
+	// Status is its recorded status; nil when it has none yet, or when it
+	// cannot be read (StatusErr).
+	Status    *Status
+	StatusErr string
+}
+
+// fleetWait says why the namespace may not start its next wave because of
+// the fleet, or "", with when to look again (0: when a peer changes). The
+// first wave waits for the ring before to have completed the same move
+// and stayed completed for its soak; every wave waits while a namespace
+// of an earlier ring is paused, rolling back or rolled back, which holds
+// every later ring until a person resumes it or it completes.
+func fleetWait(m *machine, first bool) (string, time.Duration) {
+	f := m.cfg.Fleet
+	r := f.ringOf(f.Cluster)
+	if f.Cluster == "" || r <= 0 {
+		return "", 0
+	}
+	peers := m.snap().Clusters
+	for k := range r {
+		for _, c := range f.Rings[k].Clusters {
+			p, ok := peers[c]
+			switch {
+			case !ok:
+				return fmt.Sprintf("cluster %s of ring %s cannot be read: no kubeconfig Secret names it; missing data never advances a ring", c, f.Rings[k].Name), 0
+			case p.Err != "":
+				return fmt.Sprintf("cluster %s of ring %s cannot be read: %s; missing data never advances a ring", c, f.Rings[k].Name, p.Err), 0
+			}
+			for _, name := range m.fleetNamespaces(p) {
+				if why := held(p.Namespaces[name], name, c, f.Rings[k].Name); why != "" {
+					return why, 0
+				}
+			}
+		}
+	}
+	if !first {
+		return "", 0
+	}
+	before := f.Rings[r-1]
+	var soakLeft time.Duration
+	var soaking string
+	for _, c := range before.Clusters {
+		p := peers[c]
+		for _, name := range m.fleetNamespaces(p) {
+			n := p.Namespaces[name]
+			st := n.Status
+			where := fmt.Sprintf("namespace %s in cluster %s (ring %s)", name, c, before.Name)
+			switch {
+			case st == nil:
+				return fmt.Sprintf("waiting for %s to complete the move to %s: it has not started", where, m.st.TargetRevision), 0
+			case st.TargetRevision != m.st.TargetRevision || st.Mode != m.st.Mode:
+				return fmt.Sprintf("waiting for %s to complete the move to %s: it moves to %s", where, describeMove(m.st.TargetRevision, m.st.Mode), describeMove(st.TargetRevision, st.Mode)), 0
+			case st.Phase != PhaseCompleted || st.CompletedAt == nil:
+				progress := ""
+				if st.Wave > 0 {
+					progress = fmt.Sprintf(", wave %d/%d", st.Wave, st.TotalWaves)
+				}
+				return fmt.Sprintf("waiting for %s to complete the move to %s: it is %s%s", where, m.st.TargetRevision, st.Phase, progress), 0
+			}
+			if left := st.CompletedAt.Add(before.Soak).Sub(m.now); left > soakLeft {
+				soakLeft, soaking = left, where
+			}
+		}
+	}
+	if soakLeft > 0 {
+		return fmt.Sprintf("ring %s soaks: %s completed the move to %s, and must stay completed %s more", before.Name, soaking, m.st.TargetRevision, soakLeft.Round(time.Second)), soakLeft
+	}
+	return "", 0
+}
+
+// fleetNamespaces are the namespaces of a peer the decision waits for:
+// this one, or every opted-in one with WholeRing. A cluster where the
+// namespace never opted in has nothing of it to wait for.
+func (m *machine) fleetNamespaces(p PeerCluster) []string {
+	if !m.cfg.Fleet.WholeRing {
+		if _, ok := p.Namespaces[m.ns]; ok {
+			return []string{m.ns}
+		}
+		return nil
+	}
+	names := make([]string, 0, len(p.Namespaces))
+	for name := range p.Namespaces {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// held says why a namespace of an earlier ring holds the later rings: its
+// status cannot be read, or its migration is paused, rolling back or
+// rolled back.
+func held(n PeerNamespace, name, cluster, ring string) string {
+	where := fmt.Sprintf("namespace %s in cluster %s (ring %s)", name, cluster, ring)
+	if n.StatusErr != "" {
+		return fmt.Sprintf("held by %s: its status cannot be read (%s)", where, n.StatusErr)
+	}
+	st := n.Status
+	if st == nil {
+		return ""
+	}
+	switch st.Phase {
+	case PhasePaused, PhaseRollingBack, PhaseRolledBack:
+		wave := ""
+		if st.Wave > 0 {
+			wave = fmt.Sprintf(" at wave %d", st.Wave)
+		}
+		return fmt.Sprintf("held by %s, %s%s: %s; every later ring waits until a person resumes it or it completes", where, st.Phase, wave, strings.TrimSpace(st.Reason))
+	}
+	return ""
+}
+
+func describeMove(rev string, mode Mode) string {
+	if mode == ModeAmbient {
+		return "ambient (" + rev + ")"
+	}
+	return rev
+}
+
+// waitForFleet holds the next wave while fleetWait says so: the status
+// says what it waits for, an Event says so when that changes, and the
+// decision looks again when the soak ends (a peer's change brings the
+// namespace back before that).
+func waitForFleet(m *machine, what string, first bool) bool {
+	why, retry := fleetWait(m, first)
+	if why == "" {
+		return false
+	}
+	st := m.st
+	st.Reason = fmt.Sprintf("%s waits: %s", what, why)
+	if prev := m.r.Recorded; prev == nil || waitedFor(prev.Reason) != waitedFor(st.Reason) {
+		m.event("", EventNormal, "WaitingForRing", st.Reason)
+	}
+	if retry <= 0 {
+		retry = backstop
+	}
+	m.requeue(retry)
+	return true
+}
+
+// waitedFor is a wait's reason without the time left, which changes at
+// each look: an Event is worth a change of what is waited for.
+func waitedFor(reason string) string {
+	if i := strings.Index(reason, ", and must stay completed"); i >= 0 {
+		return reason[:i]
+	}
+	return reason
+}
