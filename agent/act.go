@@ -115,7 +115,7 @@ func (c *Controller) writeNamespace(ctx context.Context, ns *corev1.Namespace, p
 		}
 	}
 	fenceOnly := len(annotations) == 0 && d.Label == "" && !d.EnrolNamespace && d.UseWaypoint == "" && !d.RemoveWaypoint
-	if fenceOnly && len(d.Moves) == 0 && len(d.Evictions) == 0 {
+	if fenceOnly && len(d.Moves) == 0 && len(d.Evictions) == 0 && len(d.DeletePolicies) == 0 && len(d.RestorePolicies) == 0 {
 		return nil
 	}
 	// Restarts decided with nothing to change on the namespace still go

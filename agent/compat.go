@@ -392,6 +392,7 @@ func (cc *compatCaches) gather(ns, rootNamespace string) canary.Compat {
 			ap.TargetRefs = ref || len(refs) > 0
 			ap.L7, _, _ = unstructured.NestedStringSlice(u.Object, "spec", "l7")
 			ap.MeshWide = n == rootNamespace && n != ns && len(ap.MatchLabels) == 0 && !ap.TargetRefs
+			ap.RootNamespace = n == rootNamespace
 			readReplacement(u, &ap)
 			out.AuthorizationPolicies = append(out.AuthorizationPolicies, ap)
 		}
@@ -489,6 +490,13 @@ func readReplacement(u *unstructured.Unstructured, ap *canary.AuthorizationPolic
 	if ap.Action == "" {
 		ap.Action = "ALLOW"
 	}
+	if ap.Action == "CUSTOM" {
+		// A CUSTOM policy's decision is its provider's.
+		provider, _, _ := unstructured.NestedString(u.Object, "spec", "provider", "name")
+		ap.Action += "/" + provider
+	}
+	// A dry-run policy only logs what it would decide (istio.io/dry-run).
+	ap.DryRun = u.GetAnnotations()["istio.io/dry-run"] == "true"
 	if rules, found, _ := unstructured.NestedFieldNoCopy(u.Object, "spec", "rules"); found {
 		if raw, err := json.Marshal(rules); err == nil {
 			ap.Rules = string(raw)

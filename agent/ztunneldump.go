@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
-	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/transport/spdy"
@@ -31,24 +31,48 @@ type portForwardDumps struct {
 	config *rest.Config
 	// timeout bounds one read, from the dial to the dump's last byte.
 	timeout time.Duration
+	// dialing holds the ztunnels whose port-forward is still being dialed:
+	// client-go's dialers take no context, so a dial the apiserver never
+	// answers outlives the read that gave up on it. One such dial a
+	// ztunnel at most: the next read says so instead of adding another.
+	dialing *sync.Map
 }
 
 // Workloads implements analysis.ZtunnelDumps.
 func (d portForwardDumps) Workloads(ctx context.Context, z analysis.ZtunnelPod) ([]analysis.ZtunnelWorkload, error) {
 	ctx, cancel := context.WithTimeout(ctx, d.timeout)
 	defer cancel()
+	key := z.Namespace + "/" + z.Pod
+	if d.dialing != nil {
+		if _, busy := d.dialing.LoadOrStore(key, true); busy {
+			return nil, fmt.Errorf("port-forward to %s: the one a read before opened has not been answered yet", key)
+		}
+	}
+	started := false
+	defer func() {
+		if !started && d.dialing != nil {
+			d.dialing.Delete(key)
+		}
+	}()
 	dialer, err := d.dialer(z)
 	if err != nil {
 		return nil, err
 	}
 	ready := make(chan struct{})
 	var errOut bytes.Buffer
-	fw, err := portforward.NewOnAddressesWithContext(ctx, dialer, []string{"127.0.0.1"}, []string{fmt.Sprintf("0:%d", ztunnelAdminPort)}, ready, nil, &errOut)
+	fw, err := portforward.NewOnAddressesForStreamingWithContext(ctx, dialer, []string{"127.0.0.1"}, []string{fmt.Sprintf("0:%d", ztunnelAdminPort)}, ready, nil, &errOut)
 	if err != nil {
 		return nil, err
 	}
 	done := make(chan error, 1)
-	go func() { done <- fw.ForwardPorts() }()
+	started = true
+	go func() {
+		err := fw.ForwardPorts()
+		if d.dialing != nil {
+			d.dialing.Delete(key)
+		}
+		done <- err
+	}()
 	select {
 	case err := <-done:
 		if err == nil {
@@ -89,7 +113,7 @@ func (d portForwardDumps) Workloads(ctx context.Context, z analysis.ZtunnelPod) 
 // when the apiserver cannot upgrade to one (before Kubernetes 1.30, or
 // behind a proxy that refuses it). The websocket dialer's failures are
 // k8s.io/streaming's, which apimachinery's predicates do not recognise.
-func (d portForwardDumps) dialer(z analysis.ZtunnelPod) (httpstream.Dialer, error) {
+func (d portForwardDumps) dialer(z analysis.ZtunnelPod) (streamhttp.Dialer, error) {
 	rc := rest.CopyConfig(d.config)
 	url, _, err := rest.DefaultServerUrlFor(rc)
 	if err != nil {
@@ -100,12 +124,12 @@ func (d portForwardDumps) dialer(z analysis.ZtunnelPod) (httpstream.Dialer, erro
 	if err != nil {
 		return nil, err
 	}
-	viaSPDY := spdy.NewDialer(upgrader, &http.Client{Transport: transport}, http.MethodPost, url)
-	viaWebsocket, err := portforward.NewSPDYOverWebsocketDialer(url, rc)
+	viaSPDY := spdy.NewDialerForStreaming(upgrader, &http.Client{Transport: transport}, http.MethodPost, url)
+	viaWebsocket, err := portforward.NewSPDYOverWebsocketDialerForStreaming(url, rc)
 	if err != nil {
 		return nil, err
 	}
-	return portforward.NewFallbackDialer(viaWebsocket, viaSPDY, func(err error) bool {
+	return portforward.NewFallbackDialerForStreaming(viaWebsocket, viaSPDY, func(err error) bool {
 		return streamhttp.IsUpgradeFailure(err) || streamhttp.IsHTTPSProxyError(err)
 	}), nil
 }

@@ -115,29 +115,42 @@ func (g SyncGate) podsToHold(wave canary.WaveUnderTest) []heldPod {
 	return out
 }
 
-// readDumps reads, in parallel, the config dump of each ztunnel that
-// serves a new pod of the wave, once.
+// maxDumpReads bounds the config dumps read at once: each is a
+// port-forward through the apiserver and a document of every workload of
+// the mesh, and a DaemonSet's wave has a pod on every node.
+const maxDumpReads = 4
+
+// readDumps reads the config dump of each ztunnel that serves a new pod of
+// the wave, once, a few at a time.
 func (g SyncGate) readDumps(ctx context.Context, pods []heldPod) map[ZtunnelPod]DumpAnswer {
-	out := map[ZtunnelPod]DumpAnswer{}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
+	var zs []ZtunnelPod
+	seen := map[ZtunnelPod]bool{}
 	for _, h := range pods {
 		for _, z := range h.ztunnels {
-			if _, ok := out[z]; ok {
-				continue
+			if !seen[z] {
+				seen[z] = true
+				zs = append(zs, z)
 			}
-			out[z] = DumpAnswer{Ztunnel: z}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				ws, err := g.Dumps.Workloads(ctx, z)
-				mu.Lock()
-				out[z] = DumpAnswer{Ztunnel: z, Workloads: ws, Err: err}
-				mu.Unlock()
-			}()
 		}
 	}
+	answers := make([]DumpAnswer, len(zs))
+	slots := make(chan struct{}, maxDumpReads)
+	var wg sync.WaitGroup
+	for i, z := range zs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			slots <- struct{}{}
+			defer func() { <-slots }()
+			ws, err := g.Dumps.Workloads(ctx, z)
+			answers[i] = DumpAnswer{Ztunnel: z, Workloads: ws, Err: err}
+		}()
+	}
 	wg.Wait()
+	out := make(map[ZtunnelPod]DumpAnswer, len(zs))
+	for _, a := range answers {
+		out[a.Ztunnel] = a
+	}
 	return out
 }
 

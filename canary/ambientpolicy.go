@@ -62,6 +62,13 @@ type AuthorizationPolicy struct {
 	// Copy is the policy as meshwave would create it again (kind, name,
 	// labels, annotations, spec), as JSON; "" when it cannot be kept.
 	Copy string
+	// DryRun is a policy that only logs what it would decide.
+	DryRun bool
+	// RootNamespace is a policy of the mesh's root namespace: with a
+	// selector, it applies to what it selects in every namespace.
+	RootNamespace bool
+	// ManagedBy names the GitOps tool that applies it, "" for none.
+	ManagedBy string
 }
 
 // L7Features names what of an AuthorizationPolicy (its object as plain

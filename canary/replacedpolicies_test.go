@@ -173,16 +173,30 @@ func TestAReplacedPolicyThatWouldOutliveItsWorkloadsSidecarsBlocksByName(t *test
 	}
 }
 
-func TestAReplacementNamedOrBoundToAServiceReplacesAPolicyOfOtherRules(t *testing.T) {
+func TestAReplacementNamedOnTheWaypointReplacesAPolicyOfOtherRules(t *testing.T) {
 	named := waypointPolicy("a-admin-waypoint", "Gateway/waypoint")
 	named.Rules, named.Replaces = `[{"to":[{"operation":{"paths":["/admin/*"]}}]}]`, []string{"a-admin"}
-	service := waypointPolicy("a-admin-service", "Service/a")
-	for _, r := range []AuthorizationPolicy{named, service} {
+	s := replacedSim(t, deploy("a"), deploy("b"))
+	s.snap.Compat.AuthorizationPolicies[1] = named
+	d := s.decide(nil)
+	require.Equal(t, PhaseMigrating, d.Status.Phase, d.Status.Reason)
+	assert.NotNil(t, d.ReplacedPolicies)
+
+	for _, tc := range []struct {
+		name string
+		edit func(r *AuthorizationPolicy)
+	}{
+		{"bound to a Service: it holds that Service's traffic only", func(r *AuthorizationPolicy) { r.Refs = []string{"Service/a"} }},
+		{"a DENY naming an ALLOW", func(r *AuthorizationPolicy) { r.Action = "DENY" }},
+		{"a dry run", func(r *AuthorizationPolicy) { r.DryRun = true }},
+	} {
 		s := replacedSim(t, deploy("a"), deploy("b"))
+		r := named
+		tc.edit(&r)
 		s.snap.Compat.AuthorizationPolicies[1] = r
 		d := s.decide(nil)
-		require.Equal(t, PhaseMigrating, d.Status.Phase, "%s: %s", r.Name, d.Status.Reason)
-		assert.NotNil(t, d.ReplacedPolicies, r.Name)
+		assert.Equal(t, PhaseBlocked, d.Status.Phase, "%s: %s", tc.name, d.Status.Reason)
+		assert.Nil(t, d.ReplacedPolicies, tc.name)
 	}
 }
 

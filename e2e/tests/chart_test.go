@@ -311,11 +311,10 @@ func TestTheChartInstallsAndItsRBACSuffices(t *testing.T) {
 		{"a Deployment finalizer", "deployments", "a", []byte(`{"metadata":{"finalizers":["example.com/hold"]}}`), "meshwave may not change the finalizers or owners of a namespace or workload"},
 		{"a Deployment owner", "deployments", "a", []byte(`{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"ghost","uid":"6f1b2c3d-0000-4000-8000-000000000001"}]}}`), "meshwave may not change the finalizers or owners of a namespace or workload"},
 		{"a namespace finalizer", "namespaces", ns, []byte(`{"metadata":{"finalizers":["example.com/hold"]}}`), "meshwave may not change the finalizers or owners of a namespace or workload"},
-		{"another namespace label", "namespaces", ns, []byte(`{"metadata":{"labels":{"team":"evil"}}}`), "meshwave may change only the istio.io/rev, istio.io/dataplane-mode (to ambient), istio.io/use-waypoint and istio-injection (taking it off) labels of a namespace"},
-		{"a namespace out of ambient", "namespaces", ns, []byte(`{"metadata":{"labels":{"istio.io/dataplane-mode":"none"}}}`), "meshwave may change only the istio.io/rev, istio.io/dataplane-mode (to ambient), istio.io/use-waypoint and istio-injection (taking it off) labels of a namespace"},
-		{"injection turned on", "namespaces", ns, []byte(`{"metadata":{"labels":{"istio-injection":"enabled"}}}`), "meshwave may change only the istio.io/rev, istio.io/dataplane-mode (to ambient), istio.io/use-waypoint and istio-injection (taking it off) labels of a namespace"},
+		{"another namespace label", "namespaces", ns, []byte(`{"metadata":{"labels":{"team":"evil"}}}`), "meshwave may change only the istio.io/rev label of a namespace, enrol it in ambient and put it behind its waypoint where meshwave.io/target-mode and meshwave.io/waypoint ask for it, and take those and istio-injection off"},
+		{"a namespace out of ambient", "namespaces", ns, []byte(`{"metadata":{"labels":{"istio.io/dataplane-mode":"none"}}}`), "meshwave may change only the istio.io/rev label of a namespace, enrol it in ambient and put it behind its waypoint where meshwave.io/target-mode and meshwave.io/waypoint ask for it, and take those and istio-injection off"},
+		{"injection turned on", "namespaces", ns, []byte(`{"metadata":{"labels":{"istio-injection":"enabled"}}}`), "meshwave may change only the istio.io/rev label of a namespace, enrol it in ambient and put it behind its waypoint where meshwave.io/target-mode and meshwave.io/waypoint ask for it, and take those and istio-injection off"},
 		{"a pod template taken out of ambient", "deployments", "a", []byte(`{"spec":{"template":{"metadata":{"labels":{"istio.io/dataplane-mode":"none"}}}}}`), "meshwave may only add an app label to a pod template, and the labels of a move to ambient"},
-		{"a pod template's injection forced on", "deployments", "a", []byte(`{"spec":{"template":{"metadata":{"labels":{"sidecar.istio.io/inject":"true"}}}}}`), "meshwave may only add an app label to a pod template, and the labels of a move to ambient"},
 		{"another namespace annotation", "namespaces", ns, []byte(`{"metadata":{"annotations":{"owner":"evil"}}}`), "meshwave may change only meshwave.io/ annotations of a namespace"},
 		{"a StatefulSet partition", "statefulsets", "s", []byte(`{"spec":{"updateStrategy":{"rollingUpdate":{"partition":1}}}}`), "meshwave may not change a StatefulSet's pod spec, selector, replicas, volume claims or update strategy"},
 		{"a StatefulSet's replicas", "statefulsets", "s", []byte(`{"spec":{"replicas":0}}`), "meshwave may not change a StatefulSet's pod spec, selector, replicas, volume claims or update strategy"},
@@ -358,6 +357,16 @@ func TestTheChartInstallsAndItsRBACSuffices(t *testing.T) {
 	outOfAmbient := []byte(`{"metadata":{"annotations":{"meshwave.io/move":"{}"}},"spec":{"template":{"metadata":{"labels":{"sidecar.istio.io/inject":null,"istio.io/dataplane-mode":null},"annotations":{"kubectl.kubernetes.io/restartedAt":"2026-11-30T12:01:00Z"}}}}}`)
 	_, err = saClient.AppsV1().DaemonSets("limits").Patch(f.Ctx, "d", types.MergePatchType, outOfAmbient, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
 	require.NoError(t, err, "a move back onto the sidecar is within the limits")
+	// Only where the namespace asked for ambient, and behind the waypoint it named.
+	for _, patch := range []string{
+		`{"metadata":{"labels":{"istio.io/use-waypoint":"waypoint"}}}`,
+		`{"metadata":{"labels":{"istio.io/dataplane-mode":"ambient","istio.io/rev":null,"istio-injection":null}}}`,
+	} {
+		_, err = saClient.CoreV1().Namespaces().Patch(f.Ctx, ns, types.MergePatchType, []byte(patch), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		require.Error(t, err, "%s where the namespace asked for no ambient", patch)
+	}
+	ambient, waypointName := "ambient", "waypoint"
+	f.When().AnnotateNamespace(ns, canary.AnnotationTargetMode, &ambient).AnnotateNamespace(ns, canary.AnnotationWaypoint, &waypointName)
 	for _, patch := range []string{
 		`{"metadata":{"labels":{"istio.io/use-waypoint":"waypoint"}}}`,
 		`{"metadata":{"labels":{"istio.io/dataplane-mode":"ambient","istio.io/rev":null,"istio-injection":null}}}`,
@@ -365,6 +374,9 @@ func TestTheChartInstallsAndItsRBACSuffices(t *testing.T) {
 		_, err = saClient.CoreV1().Namespaces().Patch(f.Ctx, ns, types.MergePatchType, []byte(patch), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
 		require.NoError(t, err, "%s is within the limits", patch)
 	}
+	_, err = saClient.CoreV1().Namespaces().Patch(f.Ctx, ns, types.MergePatchType, []byte(`{"metadata":{"labels":{"istio.io/use-waypoint":"elsewhere"}}}`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+	require.Error(t, err, "behind another waypoint than the one it named")
+	f.When().AnnotateNamespace(ns, canary.AnnotationTargetMode, nil).AnnotateNamespace(ns, canary.AnnotationWaypoint, nil)
 	_, err = f.Client.CoreV1().Namespaces().Patch(f.Ctx, "limits", types.MergePatchType, []byte(`{"metadata":{"labels":{"istio.io/dataplane-mode":"ambient","istio.io/use-waypoint":"waypoint"}}}`), metav1.PatchOptions{})
 	require.NoError(t, err)
 	_, err = saClient.CoreV1().Namespaces().Patch(f.Ctx, "limits", types.MergePatchType, []byte(`{"metadata":{"labels":{"istio.io/dataplane-mode":null,"istio.io/use-waypoint":null,"istio.io/rev":"1-25"}}}`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
@@ -393,7 +405,12 @@ func TestTheChartInstallsAndItsRBACSuffices(t *testing.T) {
 		err := dryDelete("copied", copied.GetUID())
 		return err != nil && strings.Contains(err.Error(), "meshwave may delete only an AuthorizationPolicy whose copy its namespace keeps"), fmt.Sprint(err)
 	})
-	copies := fmt.Sprintf(`[{"name":"copied","uid":%q,"migration":"1-26@x","matchLabels":{"app":"s"},"object":{}},{"name":"gone","uid":"0000","migration":"1-26@x","matchLabels":{"app":"s"},"object":{}}]`, copied.GetUID())
+	copiesRaw, err := json.Marshal([]canary.SavedPolicy{
+		{Name: "copied", UID: string(copied.GetUID()), Migration: "1-26@x", MatchLabels: map[string]string{"app": "s"}, Object: json.RawMessage(`{}`)},
+		{Name: "gone", UID: "0000", Migration: "1-26@x", MatchLabels: map[string]string{"app": "s"}, Object: json.RawMessage(`{}`)},
+	})
+	require.NoError(t, err)
+	copies := string(copiesRaw)
 	f.When().AnnotateNamespace("limits", canary.AnnotationReplacedPolicies, &copies)
 	assert.ErrorContains(t, dryDelete("copied", copied.GetUID()), "where meshwave.io/delete-replaced-policies=true", "not where the namespace did not ask for it")
 	yes := "true"

@@ -1,0 +1,198 @@
+package writelimits
+
+import (
+	"context"
+	"encoding/json"
+	"github.com/meshwave/meshwave/canary"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	admissionregv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	k8stypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/apiserver/pkg/admission/plugin/policy/validating"
+	celconfig "k8s.io/apiserver/pkg/apis/cel"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/utils/ptr"
+
+	"github.com/meshwave/meshwave/e2e/checkout"
+	"github.com/meshwave/meshwave/e2e/mesh"
+)
+
+// policyNamed renders the chart's ValidatingAdmissionPolicy whose name ends
+// with suffix ("-write-limits", "-policy-limits").
+func policyNamed(t *testing.T, suffix string) *admissionregv1.ValidatingAdmissionPolicy {
+	t.Helper()
+	root, err := checkout.Root()
+	require.NoError(t, err)
+	artifacts, err := mesh.FindIstioArtifacts()
+	require.NoError(t, err)
+	cmd := exec.Command(artifacts.Helm, "template", "meshwave", filepath.Join(root, "charts", "meshwave"), "-n", "istio-system",
+		"--api-versions", "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy", "--show-only", "templates/writelimits.yaml")
+	cmd.Dir = filepath.Join(root, "hack", "tools")
+	out, err := cmd.Output()
+	require.NoError(t, err)
+	for _, doc := range strings.Split(string(out), "\n---\n") {
+		var p admissionregv1.ValidatingAdmissionPolicy
+		require.NoError(t, yaml.Unmarshal([]byte(doc), &p))
+		if p.Kind == "ValidatingAdmissionPolicy" && strings.HasSuffix(p.Name, suffix) {
+			return &p
+		}
+	}
+	t.Fatalf("no ValidatingAdmissionPolicy *%s in the chart", suffix)
+	return nil
+}
+
+// admitAs reports the messages of the validations a request of the agent
+// fails ("" when admitted), with the namespace the apiserver would hand
+// the policy as namespaceObject.
+func admitAs(t *testing.T, v validating.Validator, gvr schema.GroupVersionResource, gvk schema.GroupVersionKind, op admission.Operation,
+	namespace *corev1.Namespace, ns, name string, old, obj k8sruntime.Object) string {
+	t.Helper()
+	var opts k8sruntime.Object = &metav1.UpdateOptions{}
+	switch op {
+	case admission.Create:
+		opts = &metav1.CreateOptions{}
+	case admission.Delete:
+		opts = &metav1.DeleteOptions{}
+	}
+	attr := admission.NewAttributesRecord(obj, old, gvk, ns, name, gvr, "", op, opts, false, &user.DefaultInfo{Name: agent})
+	va := &admission.VersionedAttributes{Attributes: attr, VersionedKind: gvk}
+	if obj != nil {
+		va.VersionedObject = admission.NewLazyObject(obj)
+	}
+	if old != nil {
+		va.VersionedOldObject = admission.NewLazyObject(old)
+	}
+	res := v.Validate(context.Background(), gvr, va, nil, namespace, celconfig.RuntimeCELCostBudget, nil)
+	var msgs []string
+	for _, d := range res.Decisions {
+		if d.Action != validating.ActionAdmit {
+			msgs = append(msgs, d.Message)
+		}
+	}
+	return strings.Join(msgs, "; ")
+}
+
+func cartDeployment(templateLabels map[string]string) *appsv1.Deployment {
+	return &appsv1.Deployment{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+		ObjectMeta: metav1.ObjectMeta{Name: "cart", Namespace: "shop", Labels: map[string]string{"app": "cart"}},
+		Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](2),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "cart"}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: templateLabels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "cart", Image: "cart:1"}}}}},
+	}
+}
+
+// none needed, an ordinary workload. A pod template that asks for
+// its sidecar with the label sidecar.istio.io/inject: "true" (Istio's
+// documented per-pod opt-in) is moved into ambient with the label set to
+// "false" (admitted: the new value is "false"), its prior value kept in
+// the move record. The rollback puts "true" back (canary/patch.go
+// templateLabels, record.PriorInject), and the write limits refuse that:
+// the label may only ever be set to "false". The rollback, meshwave's
+// way back from a failing wave, is refused by meshwave's own chart, and
+// the workload stays in ambient.
+func TestTheWriteLimitsAdmitTheRollbackOfAMoveToAmbient(t *testing.T) {
+	v := compile(policyNamed(t, "-write-limits"))
+	gvr := schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
+	gvk := schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}
+	before := cartDeployment(map[string]string{"app": "cart", "sidecar.istio.io/inject": "true"})
+	moved := cartDeployment(map[string]string{"app": "cart", "sidecar.istio.io/inject": "false", "istio.io/dataplane-mode": "ambient"})
+	back := cartDeployment(map[string]string{"app": "cart", "sidecar.istio.io/inject": "true"})
+
+	require.Empty(t, admitAs(t, v, gvr, gvk, admission.Update, nil, "shop", "cart", before, moved), "the move into ambient is admitted")
+	assert.Empty(t, admitAs(t, v, gvr, gvk, admission.Update, nil, "shop", "cart", moved, back), "the rollback, which puts sidecar.istio.io/inject back to its prior \"true\", is refused")
+}
+
+// a compromised or buggy agent. The namespace rule now admits
+// istio.io/dataplane-mode=ambient and any istio.io/use-waypoint on every
+// namespace of the cluster, whatever it asked for: unlike istio.io/rev,
+// which only reaches pods created later, both change the traffic of
+// running pods at once (every pod without a sidecar enrolled in ambient;
+// every Service's traffic sent to a waypoint of that name, or to none
+// that exists). The eviction limits hold evictions to opted-in
+// namespaces; these labels are not held to a namespace moving to ambient,
+// nor use-waypoint to the waypoint the namespace named.
+func TestTheWriteLimitsAdmitTheAmbientLabelsOnlyWhereTheNamespaceAsked(t *testing.T) {
+	v := compile(policyNamed(t, "-write-limits"))
+	gvr := schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+	gvk := schema.GroupVersionKind{Version: "v1", Kind: "Namespace"}
+	ns := func(labels, annotations map[string]string) *corev1.Namespace {
+		return &corev1.Namespace{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"},
+			ObjectMeta: metav1.ObjectMeta{Name: "payments", Labels: labels, Annotations: annotations}}
+	}
+	// A namespace that never opted in.
+	old := ns(map[string]string{"istio-injection": "enabled"}, nil)
+	enrolled := ns(map[string]string{"istio-injection": "enabled", "istio.io/dataplane-mode": "ambient"}, nil)
+	assert.NotEmpty(t, admitAs(t, v, gvr, gvk, admission.Update, nil, "", "payments", old, enrolled),
+		"a namespace that asked for nothing is enrolled in ambient by the agent")
+	waypointed := ns(map[string]string{"istio-injection": "enabled", "istio.io/use-waypoint": "anything"}, nil)
+	assert.NotEmpty(t, admitAs(t, v, gvr, gvk, admission.Update, nil, "", "payments", old, waypointed),
+		"a namespace that asked for nothing is put behind a waypoint by the agent")
+
+	// A namespace moving to ambient behind "waypoint": another name.
+	asked := map[string]string{"meshwave.io/target-revision": "1-26", "meshwave.io/target-mode": "ambient", "meshwave.io/waypoint": "waypoint"}
+	assert.NotEmpty(t, admitAs(t, v, gvr, gvk, admission.Update, nil, "", "payments",
+		ns(map[string]string{"istio.io/rev": "1-26"}, asked), ns(map[string]string{"istio.io/rev": "1-26", "istio.io/use-waypoint": "elsewhere"}, asked)),
+		"the namespace asked for waypoint, and is put behind another")
+}
+
+// authorizationPolicy is a selector policy of namespace shop.
+func authorizationPolicy(name, uid string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "security.istio.io/v1", "kind": "AuthorizationPolicy",
+		"spec": map[string]any{"selector": map[string]any{"matchLabels": map[string]any{"app": name}}}}}
+	u.SetNamespace("shop")
+	u.SetName(name)
+	u.SetUID(k8stypes.UID(uid))
+	return u
+}
+
+// the policy limits read the namespace's copies as a string, and
+// look for '"uid":"<uid>"' and '"name":"<name>"' anywhere in it. A copy is
+// the deleted policy's labels and annotations too, which the namespace's
+// owner writes (they may edit their own policies): a label or annotation
+// "uid" or "name" on a policy meshwave copies plants the UID of any
+// other policy of the namespace, or any name. The limits then admit the
+// agent deleting a policy no copy is of (one the owner may not delete
+// themselves, a platform team's), and creating any policy of a planted
+// name: the limits that stand between a faulty agent and the namespace's
+// policies are void.
+func TestThePolicyLimitsMatchACopysOwnUIDAndNameOnly(t *testing.T) {
+	v := compile(policyNamed(t, "-policy-limits"))
+	gvr := schema.GroupVersionResource{Group: "security.istio.io", Version: "v1", Resource: "authorizationpolicies"}
+	gvk := schema.GroupVersionKind{Group: "security.istio.io", Version: "v1", Kind: "AuthorizationPolicy"}
+	// The copy meshwave keeps of cart-admin, which carried a label and an
+	// annotation of its owner's.
+	raw, err := json.Marshal([]canary.SavedPolicy{{Name: "cart-admin", UID: "uid-cart-admin", Migration: "1-26@2026-11-29T12:00:00Z",
+		MatchLabels: map[string]string{"app": "cart"},
+		Object: json.RawMessage(`{"apiVersion":"security.istio.io/v1","kind":"AuthorizationPolicy","metadata":{"annotations":{"uid":"uid-platform-guard"},` +
+			`"labels":{"name":"anything-at-all"},"name":"cart-admin","namespace":"shop"},"spec":{"selector":{"matchLabels":{"app":"cart"}}}}`)}})
+	require.NoError(t, err)
+	copies := string(raw)
+	shop := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", Annotations: map[string]string{
+		"meshwave.io/delete-replaced-policies": "true", "meshwave.io/replaced-policies": copies}}}
+
+	require.Empty(t, admitAs(t, v, gvr, gvk, admission.Delete, shop, "shop", "cart-admin", authorizationPolicy("cart-admin", "uid-cart-admin"), nil),
+		"the policy the copy is of may be deleted")
+	require.NotEmpty(t, admitAs(t, v, gvr, gvk, admission.Delete, shop, "shop", "web-admin", authorizationPolicy("web-admin", "uid-web-admin"), nil),
+		"a policy the copies do not name may not be deleted")
+	require.NotEmpty(t, admitAs(t, v, gvr, gvk, admission.Create, shop, "shop", "web-admin", nil, authorizationPolicy("web-admin", "")),
+		"a policy the copies do not name may not be created")
+	assert.NotEmpty(t, admitAs(t, v, gvr, gvk, admission.Delete, shop, "shop", "platform-guard", authorizationPolicy("platform-guard", "uid-platform-guard"), nil),
+		"platform-guard, of which no copy is kept, may be deleted because a copy's annotation names its UID")
+	assert.NotEmpty(t, admitAs(t, v, gvr, gvk, admission.Create, shop, "shop", "anything-at-all", nil, authorizationPolicy("anything-at-all", "")),
+		"a policy of which no copy is kept may be created because a copy's label has its name")
+}
