@@ -196,7 +196,7 @@ func nameOf(obj any) string {
 }
 
 // clusters is what the phase machine reads of the other clusters: each
-// one's opted-in namespaces with their status, or why it cannot be read.
+// one's namespaces with their status, or why it cannot be read.
 // A cluster no Secret names is left out (the machine says so).
 func (fc *fleetClusters) clusters() map[string]canary.PeerCluster {
 	fc.mu.Lock()
@@ -220,10 +220,8 @@ func (fc *fleetClusters) clusters() map[string]canary.PeerCluster {
 			if !ok {
 				continue
 			}
-			if _, opted := m.Annotations[canary.AnnotationTargetRevision]; !opted {
-				continue
-			}
-			n := canary.PeerNamespace{}
+			_, opted := m.Annotations[canary.AnnotationTargetRevision]
+			n := canary.PeerNamespace{OptedIn: opted}
 			st, _, err := canary.ParseStatus(m.Annotations)
 			if err != nil {
 				n.StatusErr = err.Error()

@@ -154,7 +154,7 @@ func New(opts Options) (*Controller, error) {
 			deps.Istiods = c.caches.Istiods(opts.Config.RootNamespace)
 		}
 		if deps.ZtunnelDumps == nil && opts.RestConfig != nil {
-			deps.ZtunnelDumps = portForwardDumps{config: opts.RestConfig, timeout: opts.Config.Gates.Sync.RequestTimeout.D()}
+			deps.ZtunnelDumps = portForwardDumps{config: opts.RestConfig, timeout: opts.Config.Gates.Sync.RequestTimeout.D(), dialing: &sync.Map{}}
 		}
 		gates, err := opts.Config.Gates.BuildGates(opts.Config.RootNamespace, deps)
 		if err != nil {
@@ -165,7 +165,12 @@ func New(opts Options) (*Controller, error) {
 	if c.clock == nil {
 		c.clock = clock.RealClock{}
 	}
-	if opts.Registerer != nil {
+	if reg := opts.Registerer; reg != nil {
+		if cluster := opts.Config.Fleet.Cluster; cluster != "" {
+			// A fleet's Prometheus tells the clusters' series apart.
+			reg = prometheus.WrapRegistererWith(prometheus.Labels{"cluster": cluster}, reg)
+		}
+		opts.Registerer = reg
 		c.metrics = NewMetrics(opts.Registerer, c.caches, c.clock)
 		c.metrics.state.progress = &c.progress
 		c.metrics.state.windows = c.decisions.MaintenanceWindows

@@ -47,12 +47,14 @@ type PeerCluster struct {
 	// Err is why it could not be read (no kubeconfig, the apiserver down,
 	// access refused, not synced yet): such a cluster counts as not done.
 	Err string
-	// Namespaces are its namespaces that opted in, by name.
+	// Namespaces are its namespaces, by name.
 	Namespaces map[string]PeerNamespace
 }
 
 // PeerNamespace is a namespace of another cluster, as its status says.
 type PeerNamespace struct {
+	// OptedIn is true when it carries meshwave.io/target-revision.
+	OptedIn bool
 	// Status is its recorded status; nil when it has none yet, or when it
 	// cannot be read (StatusErr).
 	Status    *Status
@@ -101,6 +103,8 @@ func fleetWait(m *machine, first bool) (string, time.Duration) {
 			st := n.Status
 			where := fmt.Sprintf("namespace %s in cluster %s (ring %s)", name, c, before.Name)
 			switch {
+			case !n.OptedIn:
+				return fmt.Sprintf("waiting for %s to complete the move to %s: it has not opted in (%s)", where, m.st.TargetRevision, AnnotationTargetRevision), 0
 			case st == nil:
 				return fmt.Sprintf("waiting for %s to complete the move to %s: it has not started", where, m.st.TargetRevision), 0
 			case st.TargetRevision != m.st.TargetRevision || st.Mode != m.st.Mode:
@@ -124,8 +128,10 @@ func fleetWait(m *machine, first bool) (string, time.Duration) {
 }
 
 // fleetNamespaces are the namespaces of a peer the decision waits for:
-// this one, or every opted-in one with WholeRing. A cluster where the
-// namespace never opted in has nothing of it to wait for.
+// this one, or every opted-in one with WholeRing. A cluster without the
+// namespace has nothing of it to move; one where it exists but has not
+// opted in is waited for: a later ring opted in first (a GitOps sync
+// reaching it first) never skips the ring before.
 func (m *machine) fleetNamespaces(p PeerCluster) []string {
 	if !m.cfg.Fleet.WholeRing {
 		if _, ok := p.Namespaces[m.ns]; ok {
@@ -134,8 +140,10 @@ func (m *machine) fleetNamespaces(p PeerCluster) []string {
 		return nil
 	}
 	names := make([]string, 0, len(p.Namespaces))
-	for name := range p.Namespaces {
-		names = append(names, name)
+	for name, n := range p.Namespaces {
+		if n.OptedIn {
+			names = append(names, name)
+		}
 	}
 	slices.Sort(names)
 	return names

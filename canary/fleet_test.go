@@ -26,7 +26,7 @@ func peerStatus(phase Phase, target string, completedAt time.Time) PeerNamespace
 	if phase == PhaseCompleted {
 		st.CompletedAt = &completedAt
 	}
-	return PeerNamespace{Status: st}
+	return PeerNamespace{OptedIn: true, Status: st}
 }
 
 func staged(ns map[string]PeerNamespace) PeerCluster { return PeerCluster{Namespaces: ns} }
@@ -40,17 +40,19 @@ func TestTheFirstWaveWaitsForTheRingBeforeToCompleteAndSoak(t *testing.T) {
 	}{
 		{"a cluster of the ring before that cannot be read", PeerCluster{Err: "Get \"https://staging:6443/api/v1/namespaces\": dial tcp: connection refused"},
 			"the first wave of 2 waits: cluster staging of ring staging cannot be read: Get \"https://staging:6443/api/v1/namespaces\": dial tcp: connection refused; missing data never advances a ring", backstop},
-		{"its namespace still migrating", staged(map[string]PeerNamespace{"shop": {Status: &Status{Phase: PhaseMigrating, TargetRevision: "1-26", Wave: 1, TotalWaves: 2}}}),
+		{"its namespace still migrating", staged(map[string]PeerNamespace{"shop": {OptedIn: true, Status: &Status{Phase: PhaseMigrating, TargetRevision: "1-26", Wave: 1, TotalWaves: 2}}}),
 			"the first wave of 2 waits: waiting for namespace shop in cluster staging (ring staging) to complete the move to 1-26: it is Migrating, wave 1/2", backstop},
-		{"its namespace opted in, not started", staged(map[string]PeerNamespace{"shop": {}}),
+		{"its namespace opted in, not started", staged(map[string]PeerNamespace{"shop": {OptedIn: true}}),
 			"the first wave of 2 waits: waiting for namespace shop in cluster staging (ring staging) to complete the move to 1-26: it has not started", backstop},
+		{"its namespace there, not opted in", staged(map[string]PeerNamespace{"shop": {}}),
+			"the first wave of 2 waits: waiting for namespace shop in cluster staging (ring staging) to complete the move to 1-26: it has not opted in (meshwave.io/target-revision)", backstop},
 		{"its namespace completed another move", staged(map[string]PeerNamespace{"shop": peerStatus(PhaseCompleted, "1-27", t0.Add(-time.Hour))}),
 			"the first wave of 2 waits: waiting for namespace shop in cluster staging (ring staging) to complete the move to 1-26: it moves to 1-27", backstop},
 		{"completed four minutes ago, of a soak of ten", staged(map[string]PeerNamespace{"shop": peerStatus(PhaseCompleted, "1-26", t0.Add(-4*time.Minute))}),
 			"the first wave of 2 waits: ring staging soaks: namespace shop in cluster staging (ring staging) completed the move to 1-26, and must stay completed 6m0s more", 6 * time.Minute},
-		{"paused there", staged(map[string]PeerNamespace{"shop": {Status: &Status{Phase: PhasePaused, TargetRevision: "1-26", Wave: 1, TotalWaves: 2, Reason: "wave 1 failed: error-rate 0.31 > 0.05"}}}),
+		{"paused there", staged(map[string]PeerNamespace{"shop": {OptedIn: true, Status: &Status{Phase: PhasePaused, TargetRevision: "1-26", Wave: 1, TotalWaves: 2, Reason: "wave 1 failed: error-rate 0.31 > 0.05"}}}),
 			"the first wave of 2 waits: held by namespace shop in cluster staging (ring staging), Paused at wave 1: wave 1 failed: error-rate 0.31 > 0.05; every later ring waits until a person resumes it or it completes", backstop},
-		{"its status there unreadable", staged(map[string]PeerNamespace{"shop": {StatusErr: "invalid character 'x'"}}),
+		{"its status there unreadable", staged(map[string]PeerNamespace{"shop": {OptedIn: true, StatusErr: "invalid character 'x'"}}),
 			"the first wave of 2 waits: held by namespace shop in cluster staging (ring staging): its status cannot be read (invalid character 'x')", backstop},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -82,13 +84,13 @@ func TestTheFirstWaveStartsOnceTheRingBeforeSoaked(t *testing.T) {
 	require.Len(t, d.Moves, 1)
 }
 
-func TestANamespaceTheRingBeforeNeverOptedInWaitsForNothing(t *testing.T) {
-	s := fleetSim(t, staged(map[string]PeerNamespace{"other": {Status: &Status{Phase: PhaseMigrating, TargetRevision: "1-26"}}}))
+func TestANamespaceTheRingBeforeDoesNotHaveWaitsForNothing(t *testing.T) {
+	s := fleetSim(t, staged(map[string]PeerNamespace{"other": {OptedIn: true, Status: &Status{Phase: PhaseMigrating, TargetRevision: "1-26"}}}))
 	d := s.decide(nil)
 	assert.Equal(t, PhaseMigrating, d.Status.Phase, d.Status.Reason)
 
 	// With the whole ring awaited, staging's other namespace holds it.
-	s = fleetSim(t, staged(map[string]PeerNamespace{"other": {Status: &Status{Phase: PhaseMigrating, TargetRevision: "1-26", Wave: 1, TotalWaves: 3}}}))
+	s = fleetSim(t, staged(map[string]PeerNamespace{"other": {OptedIn: true, Status: &Status{Phase: PhaseMigrating, TargetRevision: "1-26", Wave: 1, TotalWaves: 3}}}))
 	s.cfg.Fleet.WholeRing = true
 	d = s.decide(nil)
 	assert.Equal(t, "the first wave of 2 waits: waiting for namespace other in cluster staging (ring staging) to complete the move to 1-26: it is Migrating, wave 1/3", d.Status.Reason)
@@ -112,7 +114,7 @@ func TestARollbackInAnEarlierRingHoldsTheNextWaveOfALaterOne(t *testing.T) {
 	require.Equal(t, PhaseMigrating, d.Status.Phase, d.Status.Reason)
 	s.rollOut("1-26", "a")
 	s.decide(s.gates())
-	s.snap.Clusters["staging"] = staged(map[string]PeerNamespace{"shop": {Status: &Status{Phase: PhaseRollingBack, TargetRevision: "1-26", Wave: 2, Reason: "rollback asked with meshwave.io/rollback=all"}}})
+	s.snap.Clusters["staging"] = staged(map[string]PeerNamespace{"shop": {OptedIn: true, Status: &Status{Phase: PhaseRollingBack, TargetRevision: "1-26", Wave: 2, Reason: "rollback asked with meshwave.io/rollback=all"}}})
 	s.now = s.now.Add(2 * time.Minute)
 	d = s.decide(nil)
 	require.NotNil(t, d.Status)

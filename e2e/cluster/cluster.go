@@ -153,6 +153,29 @@ func (c *Cluster) RestartAPIServer(ctx context.Context) error {
 	})
 }
 
+// StopAPIServer stops kube-apiserver, dropping every connection to it, and
+// leaves it stopped until StartAPIServer: an outage of the cluster's API,
+// as the clients outside and inside it see one.
+func (c *Cluster) StopAPIServer() {
+	c.api.forward.setTarget("")
+	c.api.forward.dropAll()
+	c.api.stop()
+}
+
+// StartAPIServer starts kube-apiserver again after StopAPIServer, on the
+// same etcd at the same address, and returns once it serves.
+func (c *Cluster) StartAPIServer(ctx context.Context) error {
+	addr, err := c.api.start()
+	if err != nil {
+		return err
+	}
+	c.api.forward.setTarget(addr)
+	return wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := c.Client.Discovery().ServerVersion()
+		return err == nil, nil
+	})
+}
+
 // Stop stops every component, newest first, and removes temporary files.
 // It is safe to call more than once.
 func (c *Cluster) Stop() {

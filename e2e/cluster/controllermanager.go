@@ -2,8 +2,16 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/cache"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
+	"time"
+	_ "unsafe"
 
 	"github.com/spf13/pflag"
 	utilcompatibility "k8s.io/apiserver/pkg/util/compatibility"
@@ -94,11 +102,75 @@ func startControllerManager(ctx context.Context, kubeconfigPath string) (func(),
 		cancel()
 		return nil, fmt.Errorf("controller-manager config: %w", err)
 	}
+	// kube-controller-manager registers its configuration in a registry
+	// of the process (configz, for its /configz page, which this one does
+	// not serve) and refuses to run when the name is taken: a second
+	// cluster in the same process, a fleet's, would get no controllers.
+	// Each start frees the name and waits until its own run has taken it.
+	configzMu.Lock()
+	defer configzMu.Unlock()
+	configz.Delete(app.ConfigzName)
+	releaseInformerName("kube-controller-manager")
 	done := make(chan error, 1)
 	go func() { done <- app.Run(ctx, cfg.Complete()) }()
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		select {
+		case err := <-done:
+			return false, fmt.Errorf("kube-controller-manager stopped: %w", err)
+		default:
+		}
+		return configzHas(app.ConfigzName), nil
+	}); err != nil {
+		cancel()
+		return nil, err
+	}
 	return func() {
 		cancel()
 		<-done
 		configz.Delete(app.ConfigzName)
 	}, nil
+}
+
+// configzMu serialises the controller managers' starts: see
+// startControllerManager.
+var configzMu sync.Mutex
+
+// configzHas reports whether the process's configz registry holds name,
+// read through its own /configz handler, which changes nothing.
+func configzHas(name string) bool {
+	var h http.Handler
+	configz.InstallHandler(muxFunc(func(_ string, handler http.Handler) { h = handler }))
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/configz", nil))
+	var all map[string]json.RawMessage
+	if err := json.Unmarshal(rec.Body.Bytes(), &all); err != nil {
+		return false
+	}
+	_, ok := all[name]
+	return ok
+}
+
+type muxFunc func(string, http.Handler)
+
+func (f muxFunc) Handle(path string, h http.Handler) { f(path, h) }
+
+// informerNames is client-go's registry of informer names, which
+// kube-controller-manager reserves "kube-controller-manager" in for its
+// informers' metrics, refusing to start while another holds it: one
+// process runs one controller manager. A fleet's clusters each run theirs
+// in this process, so each start releases the reservation of the one
+// before, whose informers then report no metrics of their own (nothing
+// here reads them). The layout is client-go's (tools/cache/identity.go).
+//
+//go:linkname informerNames k8s.io/client-go/tools/cache.informerNameRegistry
+var informerNames struct {
+	sync.Mutex
+	names map[string]*cache.InformerName
+}
+
+func releaseInformerName(name string) {
+	informerNames.Lock()
+	n := informerNames.names[name]
+	informerNames.Unlock()
+	n.Release()
 }

@@ -1,0 +1,184 @@
+package tests
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/yaml"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/meshwave/meshwave/agent"
+	"github.com/meshwave/meshwave/canary"
+	"github.com/meshwave/meshwave/e2e/fixture"
+	"github.com/meshwave/meshwave/e2e/mesh"
+	"github.com/meshwave/meshwave/e2e/world"
+)
+
+// TestAFleetMovesRingByRing runs two clusters, each its own etcd,
+// kube-apiserver, controllers and real istiods, each with its own agent:
+// staging in the first ring, prod in the second, with a soak of seconds.
+// Each reads the other through the Secret create-remote-secret made.
+func TestAFleetMovesRingByRing(t *testing.T) {
+	const soak = 8 * time.Second
+	staging := fixture.New(t, world.Options{NoPrometheus: true})
+	prod := fixture.New(t, world.Options{NoPrometheus: true})
+	rings := []agent.RingConfig{
+		{Name: "staging", Clusters: []string{"staging"}, Soak: agent.Duration(soak)},
+		{Name: "prod", Clusters: []string{"prod"}},
+	}
+
+	// Each cluster's reading account, made by create-remote-secret against
+	// it; its Secret applied in the other.
+	for _, c := range []struct {
+		name     string
+		from, to *fixture.Fixture
+	}{{"staging", staging, prod}, {"prod", prod, staging}} {
+		out := runCLI(t, c.from, "create-remote-secret", "--name", c.name, "--token-expiration", "1h")
+		var secret corev1.Secret
+		require.NoError(t, yaml.Unmarshal([]byte(out), &secret), out)
+		assert.Equal(t, "meshwave-remote-"+c.name, secret.Name)
+		assert.Equal(t, map[string]string{agent.LabelRemoteCluster: "true"}, secret.Labels)
+		_, err := c.to.Client.CoreV1().Secrets("istio-system").Create(c.to.Ctx, &secret, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+
+	t.Run("the remote account reads namespaces and nothing else", func(t *testing.T) {
+		reader := rest.CopyConfig(staging.World.Cluster.Config)
+		reader.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:istio-system:meshwave-remote-reader",
+			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:istio-system", "system:authenticated"}}
+		client, err := kubernetes.NewForConfig(reader)
+		require.NoError(t, err)
+		_, err = client.CoreV1().Namespaces().List(staging.Ctx, metav1.ListOptions{})
+		require.NoError(t, err, "list namespaces")
+		_, err = client.CoreV1().Namespaces().Get(staging.Ctx, "istio-system", metav1.GetOptions{})
+		require.NoError(t, err, "get a namespace")
+		w, err := client.CoreV1().Namespaces().Watch(staging.Ctx, metav1.ListOptions{})
+		require.NoError(t, err, "watch namespaces")
+		w.Stop()
+		for what, call := range map[string]func() error{
+			"list pods": func() error { _, err := client.CoreV1().Pods("").List(staging.Ctx, metav1.ListOptions{}); return err },
+			"list secrets": func() error {
+				_, err := client.CoreV1().Secrets("istio-system").List(staging.Ctx, metav1.ListOptions{})
+				return err
+			},
+			"list deployments": func() error {
+				_, err := client.AppsV1().Deployments("").List(staging.Ctx, metav1.ListOptions{})
+				return err
+			},
+			"patch a namespace": func() error {
+				_, err := client.CoreV1().Namespaces().Patch(staging.Ctx, "istio-system", "application/merge-patch+json", []byte(`{"metadata":{"labels":{"x":"y"}}}`), metav1.PatchOptions{})
+				return err
+			},
+			"create a namespace": func() error {
+				_, err := client.CoreV1().Namespaces().Create(staging.Ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "evil"}}, metav1.CreateOptions{})
+				return err
+			},
+		} {
+			assert.True(t, apierrors.IsForbidden(call()), "%s is forbidden", what)
+		}
+	})
+
+	for _, c := range []struct {
+		f    *fixture.Fixture
+		name string
+	}{{staging, "staging"}, {prod, "prod"}} {
+		cfg := testConfig(c.f)
+		cfg.Fleet = agent.FleetConfig{Cluster: c.name, Rings: rings, Await: "namespace"}
+		// One replica a cluster: it goes on through its own apiserver's
+		// outage, which would cost a replica its lease and its run.
+		cfg.LeaderElection.Enabled = false
+		startAgent(t, c.f, cfg, newAPICounter(), "agent-"+c.name)
+	}
+
+	t.Run("the second ring starts after the first completed and soaked, and waits while the first cannot be read", func(t *testing.T) {
+		const ns = "shop"
+		for _, f := range []*fixture.Fixture{staging, prod} {
+			f.For(t).Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, nil).
+				Deployment(ns, "cart").Deployment(ns, "web").RolledOut(ns)
+		}
+		optIn(prod.For(t), ns, "1-26", 10)
+		waitForReason(prod.For(t), ns, "the first wave of 2 waits: waiting for namespace shop in cluster staging (ring staging) to complete the move to 1-26: ")
+		optIn(staging.For(t), ns, "1-26", 10)
+
+		done := waitForPhase(staging.For(t), ns, canary.PhaseCompleted, 2*time.Minute)
+		require.NotNil(t, done.CompletedAt)
+		waitForReason(prod.For(t), ns, "the first wave of 2 waits: ring staging soaks: namespace shop in cluster staging (ring staging) completed the move to 1-26, and must stay completed ")
+
+		// The first ring's apiserver stops mid-soak: the second waits, and
+		// says why, past the end of the soak.
+		staging.World.Cluster.StopAPIServer()
+		waitForReason(prod.For(t), ns, "the first wave of 2 waits: cluster staging of ring staging cannot be read: its apiserver did not answer through Secret istio-system/meshwave-remote-staging: ")
+		time.Sleep(time.Until(done.CompletedAt.Add(soak + 2*time.Second)))
+		st := status(prod.For(t), ns)
+		require.NotNil(t, st)
+		assert.Equal(t, canary.PhasePending, st.Phase, "nothing advances on missing data: %s", st.Reason)
+		_, moved := moveRecord(prod.For(t), ns, "cart")
+		assert.False(t, moved, "no workload of the second ring restarted")
+		require.NoError(t, staging.World.Cluster.StartAPIServer(staging.Ctx))
+
+		final := waitForPhase(prod.For(t), ns, canary.PhaseCompleted, 2*time.Minute)
+		assert.Equal(t, "moved 2 workloads to 1-26 in 2 waves", final.Reason)
+		first, ok := moveRecord(prod.For(t), ns, "cart")
+		if r, web := moveRecord(prod.For(t), ns, "web"); web && (!ok || r.At.Before(first.At)) {
+			first, ok = r, true
+		}
+		require.True(t, ok)
+		assert.False(t, first.At.Before(done.CompletedAt.Add(soak)), "the second ring's first restart (%s) comes after the first ring's soak (%s + %s)", first.At, done.CompletedAt, soak)
+		var waits []string
+		for _, e := range eventsFor(prod.For(t), "Namespace", "", ns) {
+			if strings.HasPrefix(e, "WaitingForRing: ") {
+				waits = append(waits, e)
+			}
+		}
+		assert.GreaterOrEqual(t, len(waits), 3, "an Event for each thing waited for: %v", waits)
+		for _, w := range []*fixture.Fixture{staging, prod} {
+			w.For(t).Then().PodsOnRevision(ns, "cart", "1-26").PodsOnRevision(ns, "web", "1-26")
+		}
+	})
+
+	t.Run("a wave failed and paused in the first ring holds the second until a person resumes it", func(t *testing.T) {
+		const ns = "hold"
+		for _, f := range []*fixture.Fixture{staging, prod} {
+			f.For(t).Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, map[string]string{canary.AnnotationFailurePolicy: "Pause"}).
+				Deployment(ns, "api", fixture.Annotations(map[string]string{canary.AnnotationReadinessTimeout: "5s"})).RolledOut(ns)
+		}
+		release := holdNew(staging.For(t), ns, "api")
+		optIn(prod.For(t), ns, "1-26", 10)
+		optIn(staging.For(t), ns, "1-26", 10)
+		waitForPhase(staging.For(t), ns, canary.PhasePaused, 2*time.Minute)
+		waitForReason(prod.For(t), ns, "the first wave of 1 waits: held by namespace hold in cluster staging (ring staging), Paused at wave 1: ")
+		st := status(prod.For(t), ns)
+		require.NotNil(t, st)
+		assert.True(t, strings.HasSuffix(st.Reason, "; every later ring waits until a person resumes it or it completes"), st.Reason)
+
+		// The pods come up; a person resumes the first ring.
+		release()
+		staging.For(t).When().AnnotateNamespace(ns, canary.AnnotationPaused, nil)
+		done := waitForPhase(staging.For(t), ns, canary.PhaseCompleted, 2*time.Minute)
+		final := waitForPhase(prod.For(t), ns, canary.PhaseCompleted, 2*time.Minute)
+		assert.Equal(t, "moved 1 workloads to 1-26 in 1 waves", final.Reason)
+		r, ok := moveRecord(prod.For(t), ns, "api")
+		require.True(t, ok)
+		assert.False(t, r.At.Before(done.CompletedAt.Add(soak)), "resumed, the second ring still waits out the first's soak")
+	})
+}
+
+// waitForReason waits until namespace ns's status reason begins with want.
+func waitForReason(f *fixture.Fixture, ns, want string) {
+	f.T.Helper()
+	f.EventuallyWithin("namespace "+ns+" to say: "+want, 2*time.Minute, func() (bool, string) {
+		st := status(f, ns)
+		if st == nil {
+			return false, "no status"
+		}
+		return strings.HasPrefix(st.Reason, want), string(st.Phase) + ": " + st.Reason
+	})
+}
