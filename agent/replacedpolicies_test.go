@@ -66,16 +66,10 @@ func replacementIn(t *testing.T, ns string, policies ...*unstructured.Unstructur
 
 var cartAdminRules = []any{map[string]any{"to": []any{map[string]any{"operation": map[string]any{"paths": []any{"/admin"}}}}}}
 
-// a replacement is told by its action and rules (or by
-// meshwave.io/replaces) and its binding, nothing else. A targetRefs policy
-// that enforces nothing (istio.io/dry-run: "true": the waypoint only logs
-// what it would decide), or a CUSTOM one that hands the request to another
-// ext-authz provider, is taken as the replacement, and the selector
-// policy that did enforce the rules is deleted right after cart's restart:
-// cart's /admin is then open, or judged by another authorizer. Whoever may
-// create policies in the namespace (the namespace's owner) gets a
-// policy it may not delete (one a platform team keeps there, RBAC by
-// resourceNames) deleted by meshwave this way.
+// A targetRefs policy that enforces nothing (istio.io/dry-run: "true": the
+// waypoint only logs what it would decide), or a CUSTOM one that hands the
+// request to another ext-authz provider, replaces nothing: the selector
+// policy that enforces the rules keeps blocking the move.
 func TestAReplacementThatDoesNotEnforceTheSameDecisionsReplacesNothing(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
@@ -114,14 +108,10 @@ func TestAReplacementThatDoesNotEnforceTheSameDecisionsReplacesNothing(t *testin
 	}
 }
 
-// a cache that lags, or a deposed leader that still runs its last
-// reconcile. Every restart and eviction a decision sends goes through the
-// namespace first, fenced with the resourceVersion it was decided from,
-// so a decision made from a namespace that is no longer current writes
-// nothing. A decision that only deletes (or restores) replaced policies
-// is not fenced at all: writeNamespace returns early, and the delete goes
-// out from whatever the stale state said (a rollback may since have kept
-// the policy, or dropped the copy the delete relies on).
+// A decision that only deletes (or restores) replaced policies goes
+// through the namespace first, fenced with the resourceVersion it was
+// decided from, as restarts and evictions do: one made from a namespace
+// no longer current (a cache that lags, a deposed leader) deletes nothing.
 func TestAPolicyDeleteDecidedFromABehindNamespaceIsFenced(t *testing.T) {
 	policy := unstructuredObj(authorizationPoliciesResource, "AuthorizationPolicy", "shop", "cart-admin", map[string]any{
 		"selector": map[string]any{"matchLabels": map[string]any{"app": "cart"}}, "rules": cartAdminRules})
@@ -197,15 +187,10 @@ func TestAPortForwardThatHangsHoldsOneConnectionAZtunnelAtMost(t *testing.T) {
 	}, 5*time.Second, 50*time.Millisecond)
 }
 
-// the namespace migrated is the mesh's root namespace (nothing
-// keeps it from opting in; rootNamespace may be any namespace). A
-// selector policy of the root namespace applies in every namespace, to
-// every workload its selector matches; gather marks a root namespace's
-// policy MeshWide only when another namespace is gathered, and
-// deletesReplaced keeps only MeshWide policies. So when the root
-// namespace itself moves, its mesh-wide L7 policy is deleted once the
-// root namespace's own app=cart is in ambient, and every other
-// namespace's app=cart sidecars lose it.
+// A selector policy of the root namespace applies in every namespace to
+// what it selects: when the root namespace itself moves, its policy is
+// never deleted for its own workloads, since every other namespace's
+// sidecars still need it.
 func TestAMeshWidePolicyIsNeverDeletedWhenTheRootNamespaceMoves(t *testing.T) {
 	root := unstructuredObj(authorizationPoliciesResource, "AuthorizationPolicy", "istio-system", "cart-admin", map[string]any{
 		"selector": map[string]any{"matchLabels": map[string]any{"app": "cart"}}, "rules": cartAdminRules})

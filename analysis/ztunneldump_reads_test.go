@@ -20,15 +20,10 @@ func (instantDumps) Workloads(_ context.Context, z ZtunnelPod) ([]ZtunnelWorkloa
 	return []ZtunnelWorkload{{Name: "web-" + z.Pod, Namespace: "shop", Protocol: "HBONE"}}, nil
 }
 
-// a wave whose pods are spread over many nodes (a DaemonSet's
-// wave: one pod a node), with ztunnels that answer fast (or a
-// port-forward refused at once). readDumps writes its result map from the
-// calling goroutine (out[z] = DumpAnswer{...}, and reads it for the
-// "once" check) while the readers already started write the same map
-// under a mutex the caller does not take: a data race on a Go map, which
-// the runtime may end with "fatal error: concurrent map writes", taking
-// the whole agent down in the middle of a migration. Run with -race to see
-// it every time.
+// A wave whose pods are spread over many nodes (a DaemonSet's: one pod a
+// node), with ztunnels that answer at once: the dumps are gathered without
+// a data race (run with -race), which would end the agent with
+// "concurrent map writes" in the middle of a migration.
 func TestTheZtunnelDumpsOfAWaveAreReadWithoutARace(t *testing.T) {
 	const nodes = 400
 	var pods []canary.Pod
@@ -70,14 +65,11 @@ func (s *slowDumps) Workloads(_ context.Context, z ZtunnelPod) ([]ZtunnelWorkloa
 	return []ZtunnelWorkload{{Name: "web-" + z.Pod, Namespace: "shop", Protocol: "HBONE"}}, nil
 }
 
-// a DaemonSet's wave into ambient in a cluster of 300 nodes. Each
-// ztunnel's config dump lists every workload of the mesh (not only its
-// node's), up to MaxZtunnelDump (256 MiB) each, and decoding one holds
-// it some five times over (a 120 MiB dump allocates about 680 MiB): the
-// gate opens a port-forward through the apiserver to every ztunnel at
-// once, every interval, and decodes them all side by side, in an agent
-// whose chart limit is 512 MiB. It needs a bound on the reads in flight
-// (and on what one keeps: only the wave's namespace).
+// A DaemonSet's wave into ambient in a cluster of 300 nodes: each
+// ztunnel's dump lists every workload of the mesh, up to MaxZtunnelDump,
+// and decoding one holds it some five times over. The reads in flight are
+// bounded, so the gate never opens 300 port-forwards and decodes them all
+// side by side in an agent of 512 MiB.
 func TestTheZtunnelDumpsOfAWaveAreReadAFewAtATime(t *testing.T) {
 	const nodes = 300
 	var pods []canary.Pod

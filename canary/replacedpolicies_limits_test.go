@@ -26,15 +26,11 @@ func (s *sim) templateAmbient(name string) bool {
 	return false
 }
 
-// a selector policy whose copy does not fit in the 64 KiB meshwave
-// keeps on the namespace (a long list of paths, a big
-// last-applied-configuration annotation). The precheck lets the move go
-// (the policy is replaced and delete-replaced-policies is on), but the
-// decision that moves its workload finds the copy too large, warns, and
-// neither writes the copy nor ever deletes the policy: the workload is
-// moved into ambient anyway, where ztunnel turns the L7 ALLOW into
-// deny-all for it. A policy meshwave cannot keep a copy of must block the
-// move, as it did before delete-replaced-policies.
+// A selector policy whose copy does not fit in what meshwave keeps on the
+// namespace (a long list of paths, a big last-applied-configuration)
+// cannot be put back by a rollback: it blocks the move, and its workload
+// never enters ambient under it, where ztunnel would turn its L7 ALLOW
+// into deny-all.
 func TestAPolicyTooLargeToCopyNeverGoesIntoAmbientWithItsWorkloads(t *testing.T) {
 	s := replacedSim(t, deploy("a"), deploy("b"))
 	ap := &s.snap.Compat.AuthorizationPolicies[0]
@@ -52,13 +48,9 @@ func TestAPolicyTooLargeToCopyNeverGoesIntoAmbientWithItsWorkloads(t *testing.T)
 	}
 }
 
-// the replacement is told by its rules alone when it is bound to
-// any Service ("Service/" prefix), whichever workloads that Service
-// fronts. A namespace with a common rule set (here: /admin only) on two
-// apps, b's already moved to targetRefs on Service b, has a's selector
-// policy taken as "replaced" by b's Service policy: a-admin is deleted
-// after a's restart, and nothing holds a's /admin any more (b-admin-service
-// applies to traffic for Service b only).
+// A policy bound to a Service holds that Service's traffic only: b's
+// Service policy, of the same rules, does not replace a's selector policy,
+// which keeps blocking a's move.
 func TestAPolicyIsNotReplacedByAnotherWorkloadsServicePolicy(t *testing.T) {
 	s := replacedSim(t, deploy("a"), deploy("b"), deploy("c"))
 	bService := waypointPolicy("b-admin-service", "Service/b")
@@ -80,13 +72,10 @@ func TestAPolicyIsNotReplacedByAnotherWorkloadsServicePolicy(t *testing.T) {
 	assert.True(t, s.policyExists("a-admin"))
 }
 
-// a wave into ambient fails, its rollback returns the workloads to
-// their sidecars, and the rollback's own gate then fails (or a person
-// pauses it): the migration is Paused with its wave rolling back. The
-// copy is restored only in the phases RollingBack and RolledBack, so while
-// paused the sidecars run without the L7 ALLOW policy meshwave deleted
-// (no policy = everything allowed), for as long as the pause lasts,
-// although nothing it selects is in ambient.
+// A rollback whose own gate fails (or that a person pauses) leaves the
+// migration Paused with its workloads back on their sidecars: the copy is
+// put back once nothing it selects is in ambient, whatever the phase, so
+// the sidecars are not left without their L7 ALLOW policy while paused.
 func TestAPausedRollbackPutsTheDeletedPolicyBackOnceItsWorkloadsAreOnTheirSidecars(t *testing.T) {
 	s := replacedSim(t, deploy("a"), deploy("b"), deploy("c"))
 	s.decide(nil) // wave 1: a's copy, a's restart
@@ -113,15 +102,10 @@ func TestAPausedRollbackPutsTheDeletedPolicyBackOnceItsWorkloadsAreOnTheirSideca
 	assert.True(t, s.policyExists("a-admin"), "deployment a runs its sidecars again, and its L7 ALLOW policy is still deleted (phase %s: %s)", s.status.Phase, s.status.Reason)
 }
 
-// a rollback creates the copy's Object as it reads, but judges
-// whether it is safe to create (nothing it selects in ambient, where
-// ztunnel would make an ALLOW of L7 rules deny-all) from the copy's
-// separate matchLabels. A copy whose object selects something else (an
-// annotation edited by a person who may edit the namespace but not create
-// AuthorizationPolicies) is created over workloads
-// still in ambient: here a namespace-wide L7 ALLOW (no selector), which
-// makes ztunnel deny all traffic of every workload the earlier wave left in
-// ambient.
+// A copy edited on the namespace (its matchLabels say b, its object selects
+// nothing: a namespace-wide L7 ALLOW) is never created over workloads in
+// ambient: a copy is put back only if its object is an AuthorizationPolicy
+// of its name that selects what the copy says.
 func TestARestoredCopyNeverSelectsAWorkloadInAmbient(t *testing.T) {
 	s := replacedSim(t, deploy("a"), deploy("b"), deploy("c"))
 	// Wave 1 (a) passes and a-admin is deleted; wave 2 (b, c) starts.
@@ -168,14 +152,10 @@ func TestARestoredCopyNeverSelectsAWorkloadInAmbient(t *testing.T) {
 	}
 }
 
-// a replaced policy applied by Argo CD (or Flux). meshwave deletes
-// it right after a's restart; Argo CD's self-heal creates it again from
-// git a moment later, with a new UID, over a in ambient, where ztunnel
-// turns its L7 ALLOW into deny-all for a. meshwave leaves a policy made
-// again alone ("a person's"), so nothing says why a's traffic is denied.
-// meshwave knows GitOps owners for workloads (gitops.go); a policy git
-// puts back must not be deleted: it blocks, naming its application, until
-// it is removed from git.
+// A replaced policy applied by Argo CD (or Flux) would be created again
+// from git right after meshwave deleted it, over its workloads in
+// ambient, where ztunnel denies all their traffic under it: it blocks,
+// naming its application, and is never deleted.
 func TestAPolicyGitOpsAppliesIsNeverDeleted(t *testing.T) {
 	s := replacedSim(t, deploy("a"), deploy("b"))
 	ap := &s.snap.Compat.AuthorizationPolicies[0]
@@ -190,14 +170,10 @@ func TestAPolicyGitOpsAppliesIsNeverDeleted(t *testing.T) {
 	}
 }
 
-// a workload the deleted policy selects appears after the delete
-// (a Deployment a-v2 of a blue/green release, labelled app=a), while the
-// namespace still injects sidecars (istio.io/rev stays until the last
-// wave). Its sidecars start without the L7 ALLOW policy meshwave deleted:
-// every request to a-v2, /admin included, is allowed until its own wave,
-// and nothing says so. The copy says what the policy selected: meshwave
-// should see a sidecar it would have held and stop (or warn), as it blocks
-// a policy that selects a workload it does not move.
+// A workload the deleted policy selects that appears after the delete (a
+// Deployment a-v2 of a blue/green release, labelled app=a) runs sidecars
+// without that policy while the namespace still injects: the status says
+// so, by name.
 func TestASidecarTheDeletedPolicyWouldSelectIsNotLeftUnprotectedUnremarked(t *testing.T) {
 	s := replacedSim(t, deploy("a"), deploy("b"), deploy("c"))
 	s.toSecondWave()
@@ -214,14 +190,9 @@ func TestASidecarTheDeletedPolicyWouldSelectIsNotLeftUnprotectedUnremarked(t *te
 	assert.Contains(t, said, "a-v2", "deployment a-v2 runs sidecars that AuthorizationPolicy a-admin selected, deleted by this migration; phase %s", d.Status.Phase)
 }
 
-// a Job (or a bare pod) whose pods carry the labels the policy
-// selects runs a sidecar of the target revision, which the move to
-// ambient admits (hboneNotDone only refuses other revisions). The one-wave
-// and "does not move" checks read only the Deployments, StatefulSets and
-// DaemonSets (selectedBy): the policy is deleted after a's restart while
-// the Job's sidecar still enforces it. meshwave does not read those pods'
-// labels (Unmovable has none), so it cannot tell that the policy does not
-// select them: it must not delete it while such a sidecar runs.
+// A Job (or a bare pod) runs a sidecar of the target revision, and
+// meshwave does not read its pods' labels: the policy may select them, so
+// it is not deleted while such a sidecar runs; the move blocks instead.
 func TestAPolicyIsNotDeletedWhileASidecarItMaySelectRunsOutsideTheMove(t *testing.T) {
 	s := replacedSim(t, deploy("a"), deploy("b"))
 	s.snap.Unmovable = []Unmovable{{ID: "Job/a-reindex", Revisions: map[string]int{"1-26": 1}}}
@@ -235,16 +206,10 @@ func TestAPolicyIsNotDeletedWhileASidecarItMaySelectRunsOutsideTheMove(t *testin
 	}
 }
 
-// meshwave.io/replaces is read from the replacement, which anyone
-// who may create a policy in the namespace writes. A namespace owner who
-// may not delete a policy kept in their namespace (a platform team's DENY
-// of /admin, RBAC by resourceNames) creates an ALLOW-everything targetRefs
-// policy naming it in meshwave.io/replaces, and meshwave deletes the DENY
-// for them after a's restart: /admin is open through the waypoint. A
-// replacement of another action (or one that denies nothing where the
-// replaced one denied) holds none of the replaced policy's decisions, and
-// the consent to delete a policy should come from the policy deleted (an
-// annotation on it), not from a policy written next to it.
+// meshwave.io/replaces is written on the replacement, by whoever may
+// create policies in the namespace. An ALLOW of everything that names a
+// platform team's DENY of /admin (bound to a Service, of another action)
+// replaces nothing: the DENY is never deleted for it.
 func TestAReplacementNamedOnlyByItselfNeverDeletesADenyPolicy(t *testing.T) {
 	s := replacedSim(t, deploy("a"), deploy("b"))
 	deny := selectorPolicy("platform-deny-admin", map[string]string{"app": "a"})

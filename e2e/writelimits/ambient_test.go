@@ -96,15 +96,10 @@ func cartDeployment(templateLabels map[string]string) *appsv1.Deployment {
 	}
 }
 
-// none needed, an ordinary workload. A pod template that asks for
-// its sidecar with the label sidecar.istio.io/inject: "true" (Istio's
-// documented per-pod opt-in) is moved into ambient with the label set to
-// "false" (admitted: the new value is "false"), its prior value kept in
-// the move record. The rollback puts "true" back (canary/patch.go
-// templateLabels, record.PriorInject), and the write limits refuse that:
-// the label may only ever be set to "false". The rollback, meshwave's
-// way back from a failing wave, is refused by meshwave's own chart, and
-// the workload stays in ambient.
+// A pod template that asks for its sidecar with sidecar.istio.io/inject:
+// "true" (Istio's per-pod opt-in) moves into ambient with "false", its
+// prior value kept in the move record; the rollback puts "true" back, and
+// the write limits admit it: meshwave's way back from a failing wave.
 func TestTheWriteLimitsAdmitTheRollbackOfAMoveToAmbient(t *testing.T) {
 	v := compile(policyNamed(t, "-write-limits"))
 	gvr := schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
@@ -117,15 +112,11 @@ func TestTheWriteLimitsAdmitTheRollbackOfAMoveToAmbient(t *testing.T) {
 	assert.Empty(t, admitAs(t, v, gvr, gvk, admission.Update, nil, "shop", "cart", moved, back), "the rollback, which puts sidecar.istio.io/inject back to its prior \"true\", is refused")
 }
 
-// a compromised or buggy agent. The namespace rule now admits
-// istio.io/dataplane-mode=ambient and any istio.io/use-waypoint on every
-// namespace of the cluster, whatever it asked for: unlike istio.io/rev,
-// which only reaches pods created later, both change the traffic of
-// running pods at once (every pod without a sidecar enrolled in ambient;
-// every Service's traffic sent to a waypoint of that name, or to none
-// that exists). The eviction limits hold evictions to opted-in
-// namespaces; these labels are not held to a namespace moving to ambient,
-// nor use-waypoint to the waypoint the namespace named.
+// The ambient namespace labels change running pods' traffic at once
+// (unlike istio.io/rev, which reaches new pods only): the write limits
+// admit istio.io/dataplane-mode=ambient only where the namespace asked
+// for ambient, and istio.io/use-waypoint only to the waypoint it named,
+// so a faulty agent cannot enrol or redirect a namespace that did not.
 func TestTheWriteLimitsAdmitTheAmbientLabelsOnlyWhereTheNamespaceAsked(t *testing.T) {
 	v := compile(policyNamed(t, "-write-limits"))
 	gvr := schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
@@ -160,16 +151,10 @@ func authorizationPolicy(name, uid string) *unstructured.Unstructured {
 	return u
 }
 
-// the policy limits read the namespace's copies as a string, and
-// look for '"uid":"<uid>"' and '"name":"<name>"' anywhere in it. A copy is
-// the deleted policy's labels and annotations too, which the namespace's
-// owner writes (they may edit their own policies): a label or annotation
-// "uid" or "name" on a policy meshwave copies plants the UID of any
-// other policy of the namespace, or any name. The limits then admit the
-// agent deleting a policy no copy is of (one the owner may not delete
-// themselves, a platform team's), and creating any policy of a planted
-// name: the limits that stand between a faulty agent and the namespace's
-// policies are void.
+// The policy limits match a copy's own name and UID in the namespace's
+// copies: a label or annotation "uid" or "name" on a copied policy (its
+// owner's to write) never lets the agent delete another policy, or create
+// one of a planted name.
 func TestThePolicyLimitsMatchACopysOwnUIDAndNameOnly(t *testing.T) {
 	v := compile(policyNamed(t, "-policy-limits"))
 	gvr := schema.GroupVersionResource{Group: "security.istio.io", Version: "v1", Resource: "authorizationpolicies"}
