@@ -50,6 +50,7 @@ commands:
   status                print each namespace's migration: phase, wave, workloads, verdicts
   holders               list every pod still injected by a revision, and whether meshwave will move it
   create-remote-secret  make the account the fleet's other clusters read this cluster's namespaces with, and print their Secret
+  fleet status          print every cluster of the fleet's rings, its namespaces, phases and waits (contexts named after the clusters)
   version               print meshwave's version
 
 run "%[1]s <command> -h" for a command's flags`, c.name)
@@ -85,6 +86,8 @@ func (c cli) run(ctx context.Context, args []string) int {
 		err = c.holdersCommand(ctx, args[1:])
 	case "create-remote-secret":
 		err = c.createRemoteSecretCommand(ctx, args[1:])
+	case "fleet":
+		err = c.fleetCommand(ctx, args[1:])
 	case "version", "--version", "-version":
 		err = c.versionCommand(args[1:])
 	case "-h", "--help", "-help", "help":

@@ -5,6 +5,7 @@
 //	meshwave status [-o table|json] [--kubeconfig FILE] [--context NAME]
 //	meshwave holders REVISION [-o table|json] [--config FILE] [--kubeconfig FILE] [--context NAME]
 //	meshwave create-remote-secret --name CLUSTER [--service-account-namespace NS] [--secret-namespace NS] [--server URL] [--token-expiration D] [--kubeconfig FILE] [--context NAME]
+//	meshwave fleet status [-o table|json] [--config FILE] [--kubeconfig FILE]
 //	meshwave version
 //
 // Run as kubectl-meshwave, it is the kubectl plugin "kubectl meshwave".
@@ -322,4 +323,48 @@ func (cl cli) createRemoteSecretCommand(ctx context.Context, args []string) erro
 	}
 	_, err = fmt.Fprintf(cl.stdout, "# The Secret the other clusters of the fleet read cluster %s with: apply it in each of them.\n%s", *name, out)
 	return err
+}
+
+// fleetCommand runs `fleet status`: every cluster of the config's rings,
+// read through the local kubeconfig's context of its name.
+func (cl cli) fleetCommand(ctx context.Context, args []string) error {
+	if len(args) == 0 || args[0] != "status" {
+		return &usageError{"fleet: the one subcommand is status: " + cl.name + " fleet status [-o table|json] [--config FILE] [--kubeconfig FILE]"}
+	}
+	c, format, err := cl.parseReadOnly("fleet status", args[1:])
+	if err != nil {
+		return err
+	}
+	cfg, err := agent.LoadConfig(c.config)
+	if err != nil {
+		return err
+	}
+	if len(cfg.Fleet.Rings) == 0 {
+		return &usageError{"fleet status: the config has no fleet.rings: give the agent's config file with --config"}
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = c.kubeconfig
+	raw, err := rules.Load()
+	if err != nil {
+		return fmt.Errorf("kubeconfig: %w", err)
+	}
+	clients := map[string]kubernetes.Interface{}
+	for _, r := range cfg.Fleet.Rings {
+		for _, name := range r.Clusters {
+			if _, ok := raw.Contexts[name]; !ok {
+				continue
+			}
+			rc, err := clientcmd.NewNonInteractiveClientConfig(*raw, name, &clientcmd.ConfigOverrides{}, rules).ClientConfig()
+			if err != nil {
+				return fmt.Errorf("kubeconfig context %s: %w", name, err)
+			}
+			rc.UserAgent = "meshwave"
+			client, err := kubernetes.NewForConfig(rc)
+			if err != nil {
+				return err
+			}
+			clients[name] = client
+		}
+	}
+	return agent.RenderFleetStatus(cl.stdout, agent.FleetStatusNow(ctx, cfg.Fleet, clients, time.Now()), format)
 }

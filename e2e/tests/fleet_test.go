@@ -1,6 +1,13 @@
 package tests
 
 import (
+	"encoding/json"
+	"fmt"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -168,6 +175,46 @@ func TestAFleetMovesRingByRing(t *testing.T) {
 		r, ok := moveRecord(prod.For(t), ns, "api")
 		require.True(t, ok)
 		assert.False(t, r.At.Before(done.CompletedAt.Add(soak)), "resumed, the second ring still waits out the first's soak")
+	})
+
+	t.Run("fleet status shows every cluster, ring by ring, through the local kubeconfig's contexts", func(t *testing.T) {
+		dir := t.TempDir()
+		merged := clientcmdapi.NewConfig()
+		for name, f := range map[string]*fixture.Fixture{"staging": staging, "prod": prod} {
+			one, err := clientcmd.LoadFromFile(f.World.Cluster.Kubeconfig)
+			require.NoError(t, err)
+			ctx := one.Contexts[one.CurrentContext]
+			require.NotNil(t, ctx)
+			merged.Clusters[name] = one.Clusters[ctx.Cluster]
+			merged.AuthInfos[name] = one.AuthInfos[ctx.AuthInfo]
+			merged.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name}
+		}
+		merged.CurrentContext = "prod"
+		kubeconfig := filepath.Join(dir, "kubeconfig")
+		require.NoError(t, clientcmd.WriteToFile(*merged, kubeconfig))
+		config := filepath.Join(dir, "config.yaml")
+		require.NoError(t, os.WriteFile(config, []byte("fleet:\n  cluster: prod\n  rings:\n  - {name: staging, clusters: [staging], soak: 8s}\n  - {name: prod, clusters: [prod, prod-us]}\n"), 0o600))
+		cmd := exec.Command(meshwaveCLI(t), "fleet", "status", "--config", config, "-o", "json")
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+		out, err := cmd.Output()
+		require.NoError(t, err, string(out))
+		var clusters []agent.FleetCluster
+		require.NoError(t, json.Unmarshal(out, &clusters), string(out))
+		var got []string
+		for _, c := range clusters {
+			if c.Error != "" {
+				got = append(got, c.Ring+"/"+c.Cluster+": "+c.Error)
+				continue
+			}
+			for _, n := range c.Namespaces {
+				got = append(got, fmt.Sprintf("%s/%s/%s: %s %s", c.Ring, c.Cluster, n.Namespace, n.Status.Phase, n.Status.TargetRevision))
+			}
+		}
+		assert.Equal(t, []string{
+			"staging/staging/hold: Completed 1-26", "staging/staging/shop: Completed 1-26",
+			"prod/prod/hold: Completed 1-26", "prod/prod/shop: Completed 1-26",
+			"prod/prod-us: no kubeconfig context of this name",
+		}, got)
 	})
 }
 

@@ -1,8 +1,11 @@
 package tests
 
 import (
+	"context"
 	"fmt"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"regexp"
+	"sync"
 	"testing"
 	"time"
 
@@ -56,6 +59,65 @@ func decidedAfter(t *testing.T, st *canary.Status) (canary.Verdict, time.Duratio
 	require.True(t, ok, "an error-rate verdict in %+v", st.Verdicts)
 	require.NotNil(t, st.WaveStartedAt)
 	return v, v.At.Sub(*st.WaveStartedAt)
+}
+
+// beforeTheBakeEnds checks that the error check's verdict in st came
+// before the threshold mode could have given one: that mode waits until
+// the wave is up (every pod ready and in sync) and then the bake time. A
+// verdict reached before the wave was seen up (while it rolled out, or in
+// the very decision that found it up, so no status ever showed it up) is
+// sooner still; one that waited would have left the wave's readyAt in a
+// status written meanwhile. Both are measured on the wave's own clock, so the load on
+// the machine, which stretches rollouts, does not decide.
+func beforeTheBakeEnds(t *testing.T, up *waveUp, ns string, st *canary.Status, bake time.Duration) {
+	t.Helper()
+	v, ok := verdictOf(st, "error-rate")
+	require.True(t, ok, "an error-rate verdict in %+v", st.Verdicts)
+	up.mu.Lock()
+	at, seen := up.seen[fmt.Sprintf("%s|%s/%d", ns, st.Target, st.Wave)]
+	up.mu.Unlock()
+	if !seen || v.At.Before(at) {
+		t.Logf("%s: decided before wave %d was seen up (as it rolled out, or in the decision that found it up)", ns, st.Wave)
+		return
+	}
+	t.Logf("%s: decided %s after wave %d was up", ns, v.At.Sub(at), st.Wave)
+	assert.Less(t, v.At.Sub(at), bake, "the threshold mode would still be baking")
+}
+
+// waveUp records, for each namespace it watches, when each wave was first
+// seen up (the status's analysis.readyAt), polling until the test ends:
+// a rollback or the next wave clears it from the status.
+type waveUp struct {
+	mu   sync.Mutex
+	seen map[string]time.Time
+}
+
+func watchWavesUp(f *fixture.Fixture, namespaces ...string) *waveUp {
+	w := &waveUp{seen: map[string]time.Time{}}
+	ctx, cancel := context.WithCancel(f.Ctx)
+	f.T.Cleanup(cancel)
+	go func() {
+		for ctx.Err() == nil {
+			for _, ns := range namespaces {
+				n, err := f.Client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+				if err != nil {
+					continue
+				}
+				st, _, err := canary.ParseStatus(n.Annotations)
+				if err != nil || st == nil || st.Analysis == nil || st.Analysis.ReadyAt == nil {
+					continue
+				}
+				key := fmt.Sprintf("%s/%d", st.Target, st.Wave)
+				w.mu.Lock()
+				if _, ok := w.seen[ns+"|"+key]; !ok {
+					w.seen[ns+"|"+key] = *st.Analysis.ReadyAt
+				}
+				w.mu.Unlock()
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	return w
 }
 
 // TestTheSequentialErrorCheckDecidesOnEvidence runs the same waves under
@@ -124,6 +186,7 @@ func TestTheSequentialErrorCheckDecidesOnEvidence(t *testing.T) {
 	cfg.Gates.Metrics.LatencyP99.Enabled = false
 	cfg.Concurrency = 2
 	threshold := startAnalyzedAgent(t, f, cfg, q, newAPICounter())
+	up := watchWavesUp(f, "broken", "busy")
 	optIn(f, "broken-threshold", "1-26", 10)
 	optIn(f, "busy-threshold", "1-26", 10)
 	st := waitForPhase(f, "broken-threshold", canary.PhaseRolledBack, 3*time.Minute)
@@ -132,6 +195,7 @@ func TestTheSequentialErrorCheckDecidesOnEvidence(t *testing.T) {
 	_, thresholdPass := decidedAfter(t, st)
 	threshold.Kill()
 	t.Logf("threshold mode: failed %s after the wave started, passed the last wave %s after it started", thresholdFail, thresholdPass)
+	bake := cfg.Gates.Metrics.BakeTime.D()
 
 	cfg, q = withSequential(t, f)
 	cfg.Concurrency = 6
@@ -152,7 +216,7 @@ func TestTheSequentialErrorCheckDecidesOnEvidence(t *testing.T) {
 		st := waitForPhase(f, "broken", canary.PhaseRolledBack, 3*time.Minute)
 		v, after := decidedAfter(t, st)
 		t.Logf("sequential: failed %s after the wave started: %s", after, v.Reason)
-		assert.Less(t, after, thresholdFail)
+		beforeTheBakeEnds(t, up, "broken", st, bake)
 		// reviews' two pods are replaced one at a time: a look may fall
 		// while an old one still serves beside a new one.
 		assert.Regexp(t, `^rolled back 1 workloads to 1-25: wave 1 failed: error-rate fail: reviews: error ratio 3\d\.\d\d% \(\d+/\d+\)`+ownLooks+` against 0\.00% \(0/\d+\) before the restart; `+
@@ -170,7 +234,7 @@ func TestTheSequentialErrorCheckDecidesOnEvidence(t *testing.T) {
 		st := waitForPhase(f, "busy", canary.PhaseCompleted, 3*time.Minute)
 		v, after := decidedAfter(t, st)
 		t.Logf("sequential: passed the last wave %s after it started: %s", after, v.Reason)
-		assert.Less(t, after, thresholdPass)
+		beforeTheBakeEnds(t, up, "busy", st, bake)
 		assert.True(t, v.Final)
 		assert.Regexp(t, `^details: error ratio 0\.00% \(0/\d+\)(, 0\.00% \(0/\d+\) of it against its pods not yet replaced's 0\.00% \(0/\d+\) in the \d+ looks both served,)? against 0\.00% \(0/\d+\) before the restart; `+
 			`control: (its pods not yet replaced in \d+ looks, else )?its own error ratio before the restart; evidence of health \S+ of 40: pass$`, v.Reason)
