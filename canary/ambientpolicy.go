@@ -136,6 +136,11 @@ func L7Features(obj map[string]any) []string {
 func policyBlocks(m *machine, plan NamespacePlan) string {
 	c, ns, moved := m.snap().Compat, m.ns, plannedWorkloads(m, plan)
 	var out []string
+	if m.settings.DeleteReplacedPolicies {
+		if why := replacesProblem(c, ns); why != "" {
+			out = append(out, why)
+		}
+	}
 	for _, pa := range c.PeerAuthentications {
 		if !pa.MeshWide && (pa.Namespace != ns || !selectsAny(pa.MatchLabels, moved)) {
 			continue

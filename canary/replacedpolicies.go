@@ -6,6 +6,8 @@ import (
 	"maps"
 	"slices"
 	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // Istio's guide deletes a namespace's selector-based AuthorizationPolicies
@@ -442,6 +444,24 @@ func restorable(s SavedPolicy) string {
 		return fmt.Sprintf("its object is named %q", c.Metadata.Name)
 	case len(c.Spec.Selector.MatchLabels) == 0 || !maps.Equal(c.Spec.Selector.MatchLabels, s.MatchLabels):
 		return fmt.Sprintf("its object selects %v, not %v", c.Spec.Selector.MatchLabels, s.MatchLabels)
+	}
+	return ""
+}
+
+// replacesProblem names a meshwave.io/replaces of the namespace's policies
+// that is not a list of policy names, or "": a name that cannot be a
+// policy's would never match, and the policy it meant would block without
+// saying why.
+func replacesProblem(c Compat, ns string) string {
+	for _, ap := range c.AuthorizationPolicies {
+		if ap.Namespace != ns {
+			continue
+		}
+		for _, name := range ap.Replaces {
+			if len(validation.IsDNS1123Subdomain(name)) > 0 {
+				return fmt.Sprintf("AuthorizationPolicy %s/%s: %s %q is not a comma-separated list of AuthorizationPolicy names of the namespace (%q is not a name)", ap.Namespace, ap.Name, AnnotationReplaces, strings.Join(ap.Replaces, ","), name)
+			}
+		}
 	}
 	return ""
 }

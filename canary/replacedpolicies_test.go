@@ -243,3 +243,13 @@ func TestDeleteReplacedPoliciesIsValidated(t *testing.T) {
 	assert.Empty(t, errs)
 	assert.False(t, s.DeleteReplacedPolicies)
 }
+
+func TestAReplacesThatNamesNoPolicyBlocksNamingTheKeyAndTheValue(t *testing.T) {
+	s := replacedSim(t, deploy("a"), deploy("b"))
+	s.snap.Compat.AuthorizationPolicies[1].Replaces = []string{"a-admin", "A Admin"}
+	d := s.decide(nil)
+	require.Equal(t, PhaseBlocked, d.Status.Phase)
+	assert.Equal(t, `precheck failed: AuthorizationPolicy shop/a-admin-waypoint: meshwave.io/replaces "a-admin,A Admin" is not a comma-separated list of AuthorizationPolicy names of the namespace ("A Admin" is not a name)`, d.Status.Reason)
+	assert.Empty(t, d.Moves)
+	assert.Nil(t, d.ReplacedPolicies)
+}

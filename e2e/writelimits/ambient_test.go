@@ -3,7 +3,6 @@ package writelimits
 import (
 	"context"
 	"encoding/json"
-	"github.com/meshwave/meshwave/canary"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -26,6 +25,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/utils/ptr"
 
+	"github.com/meshwave/meshwave/canary"
 	"github.com/meshwave/meshwave/e2e/checkout"
 	"github.com/meshwave/meshwave/e2e/mesh"
 )
