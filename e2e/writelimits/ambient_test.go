@@ -1,89 +1,22 @@
 package writelimits
 
 import (
-	"context"
 	"encoding/json"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	k8stypes "k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/apiserver/pkg/admission"
-	"k8s.io/apiserver/pkg/admission/plugin/policy/validating"
-	celconfig "k8s.io/apiserver/pkg/apis/cel"
-	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/utils/ptr"
 
 	"github.com/meshwave/meshwave/canary"
-	"github.com/meshwave/meshwave/e2e/checkout"
-	"github.com/meshwave/meshwave/e2e/mesh"
 )
-
-// policyNamed renders the chart's ValidatingAdmissionPolicy whose name ends
-// with suffix ("-write-limits", "-policy-limits").
-func policyNamed(t *testing.T, suffix string) *admissionregv1.ValidatingAdmissionPolicy {
-	t.Helper()
-	root, err := checkout.Root()
-	require.NoError(t, err)
-	artifacts, err := mesh.FindIstioArtifacts()
-	require.NoError(t, err)
-	cmd := exec.Command(artifacts.Helm, "template", "meshwave", filepath.Join(root, "charts", "meshwave"), "-n", "istio-system",
-		"--api-versions", "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy", "--show-only", "templates/writelimits.yaml")
-	cmd.Dir = filepath.Join(root, "hack", "tools")
-	out, err := cmd.Output()
-	require.NoError(t, err)
-	for _, doc := range strings.Split(string(out), "\n---\n") {
-		var p admissionregv1.ValidatingAdmissionPolicy
-		require.NoError(t, yaml.Unmarshal([]byte(doc), &p))
-		if p.Kind == "ValidatingAdmissionPolicy" && strings.HasSuffix(p.Name, suffix) {
-			return &p
-		}
-	}
-	t.Fatalf("no ValidatingAdmissionPolicy *%s in the chart", suffix)
-	return nil
-}
-
-// admitAs reports the messages of the validations a request of the agent
-// fails ("" when admitted), with the namespace the apiserver would hand
-// the policy as namespaceObject.
-func admitAs(t *testing.T, v validating.Validator, gvr schema.GroupVersionResource, gvk schema.GroupVersionKind, op admission.Operation,
-	namespace *corev1.Namespace, ns, name string, old, obj k8sruntime.Object) string {
-	t.Helper()
-	var opts k8sruntime.Object = &metav1.UpdateOptions{}
-	switch op {
-	case admission.Create:
-		opts = &metav1.CreateOptions{}
-	case admission.Delete:
-		opts = &metav1.DeleteOptions{}
-	}
-	attr := admission.NewAttributesRecord(obj, old, gvk, ns, name, gvr, "", op, opts, false, &user.DefaultInfo{Name: agent})
-	va := &admission.VersionedAttributes{Attributes: attr, VersionedKind: gvk}
-	if obj != nil {
-		va.VersionedObject = admission.NewLazyObject(obj)
-	}
-	if old != nil {
-		va.VersionedOldObject = admission.NewLazyObject(old)
-	}
-	res := v.Validate(context.Background(), gvr, va, nil, namespace, celconfig.RuntimeCELCostBudget, nil)
-	var msgs []string
-	for _, d := range res.Decisions {
-		if d.Action != validating.ActionAdmit {
-			msgs = append(msgs, d.Message)
-		}
-	}
-	return strings.Join(msgs, "; ")
-}
 
 func cartDeployment(templateLabels map[string]string) *appsv1.Deployment {
 	return &appsv1.Deployment{

@@ -33,12 +33,13 @@ import (
 
 const agent = "system:serviceaccount:istio-system:meshwave"
 
-// policy renders the chart's ValidatingAdmissionPolicy.
-func policy(t *testing.T) *admissionregv1.ValidatingAdmissionPolicy {
+// policyNamed renders the chart's ValidatingAdmissionPolicy whose name ends
+// with suffix ("-write-limits", "-policy-limits"), with the helm make istio
+// builds, at the version hack/tools pins.
+func policyNamed(t *testing.T, suffix string) *admissionregv1.ValidatingAdmissionPolicy {
 	t.Helper()
 	root, err := checkout.Root()
 	require.NoError(t, err)
-	// The helm make istio builds, at the version hack/tools pins.
 	artifacts, err := mesh.FindIstioArtifacts()
 	require.NoError(t, err)
 	cmd := exec.Command(artifacts.Helm, "template", "meshwave", filepath.Join(root, "charts", "meshwave"), "-n", "istio-system",
@@ -46,11 +47,51 @@ func policy(t *testing.T) *admissionregv1.ValidatingAdmissionPolicy {
 	cmd.Dir = filepath.Join(root, "hack", "tools")
 	out, err := cmd.Output()
 	require.NoError(t, err)
-	doc := strings.Split(string(out), "\n---\n")[0]
-	var p admissionregv1.ValidatingAdmissionPolicy
-	require.NoError(t, yaml.Unmarshal([]byte(doc), &p))
-	require.Equal(t, "ValidatingAdmissionPolicy", p.Kind)
-	return &p
+	for _, doc := range strings.Split(string(out), "\n---\n") {
+		var p admissionregv1.ValidatingAdmissionPolicy
+		require.NoError(t, yaml.Unmarshal([]byte(doc), &p))
+		if p.Kind == "ValidatingAdmissionPolicy" && strings.HasSuffix(p.Name, suffix) {
+			return &p
+		}
+	}
+	t.Fatalf("no ValidatingAdmissionPolicy *%s in the chart", suffix)
+	return nil
+}
+
+// admitAs reports the messages of the validations a request of the agent
+// fails ("" when admitted), with the namespace the apiserver would hand
+// the policy as namespaceObject.
+func admitAs(t *testing.T, v validating.Validator, gvr schema.GroupVersionResource, gvk schema.GroupVersionKind, op admission.Operation,
+	namespace *corev1.Namespace, ns, name string, old, obj k8sruntime.Object) string {
+	t.Helper()
+	var opts k8sruntime.Object = &metav1.UpdateOptions{}
+	switch op {
+	case admission.Create:
+		opts = &metav1.CreateOptions{}
+	case admission.Delete:
+		opts = &metav1.DeleteOptions{}
+	}
+	attr := admission.NewAttributesRecord(obj, old, gvk, ns, name, gvr, "", op, opts, false, &user.DefaultInfo{Name: agent})
+	va := &admission.VersionedAttributes{Attributes: attr, VersionedKind: gvk}
+	if obj != nil {
+		va.VersionedObject = admission.NewLazyObject(obj)
+	}
+	if old != nil {
+		va.VersionedOldObject = admission.NewLazyObject(old)
+	}
+	res := v.Validate(context.Background(), gvr, va, nil, namespace, celconfig.RuntimeCELCostBudget, nil)
+	var msgs []string
+	for _, d := range res.Decisions {
+		if d.Action != validating.ActionAdmit {
+			msgs = append(msgs, d.Message)
+		}
+	}
+	return strings.Join(msgs, "; ")
+}
+
+// policy is the write limits' policy.
+func policy(t *testing.T) *admissionregv1.ValidatingAdmissionPolicy {
+	return policyNamed(t, "-write-limits")
 }
 
 // compile builds the policy's validator as the admission plugin does.
@@ -84,22 +125,12 @@ func compile(p *admissionregv1.ValidatingAdmissionPolicy) validating.Validator {
 // fails ("" when admitted).
 func admit(t *testing.T, v validating.Validator, resource string, old, obj k8sruntime.Object) string {
 	t.Helper()
-	gvr := schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: resource}
-	gvk := obj.GetObjectKind().GroupVersionKind()
 	accessor, _ := obj.(metav1.Object)
-	attr := admission.NewAttributesRecord(obj, old, gvk, accessor.GetNamespace(), accessor.GetName(), gvr, "", admission.Update,
-		&metav1.UpdateOptions{}, false, &user.DefaultInfo{Name: agent})
-	va := &admission.VersionedAttributes{Attributes: attr, VersionedKind: gvk, VersionedObject: admission.NewLazyObject(obj), VersionedOldObject: admission.NewLazyObject(old)}
-	res := v.Validate(context.Background(), gvr, va, nil, nil, celconfig.RuntimeCELCostBudget, nil)
-	var msgs []string
-	for _, d := range res.Decisions {
-		if d.Action != validating.ActionAdmit {
-			msgs = append(msgs, d.Message)
-		}
-	}
-	return strings.Join(msgs, "; ")
+	return admitAs(t, v, schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: resource}, obj.GetObjectKind().GroupVersionKind(),
+		admission.Update, nil, accessor.GetNamespace(), accessor.GetName(), old, obj)
 }
 
+// fails ("" when admitted).
 func statefulSet() *appsv1.StatefulSet {
 	return &appsv1.StatefulSet{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "StatefulSet"},
