@@ -289,6 +289,7 @@ func slimCompat(gvr schema.GroupVersionResource) cache.TransformFunc {
 			keep("spec", "selector")
 		case sailIstiosResource:
 			keep("spec", "updateStrategy")
+			keep("status", "activeRevisionName")
 		case peerAuthenticationsResource:
 			keep("spec", "selector")
 			keep("spec", "mtls")

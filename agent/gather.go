@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -376,7 +377,36 @@ func (c *Caches) revisions() (canary.Mesh, error) {
 			m.Revisions[rev] = canary.Revision{Name: rev}
 		}
 	}
+	if rev, ok := m.Tags["default"]; ok {
+		m.Auto, m.AutoFrom = rev, "the tag default"
+	}
+	if c.compat != nil {
+		if rev, from := sailActiveRevision(c.compat.list(sailIstiosResource, "")); rev != "" {
+			m.Auto, m.AutoFrom = rev, from
+		}
+	}
 	return m, nil
+}
+
+// sailActiveRevision is the active revision of the Sail Operator's Istio
+// resource named default, else of the only one that names one, with where
+// it was read; "" when none does, or several do and none is named default:
+// which one the mesh means cannot be told.
+func sailActiveRevision(istios []*unstructured.Unstructured) (rev, from string) {
+	var named []*unstructured.Unstructured
+	for _, u := range istios {
+		if r, _, _ := unstructured.NestedString(u.Object, "status", "activeRevisionName"); r != "" {
+			if u.GetName() == "default" {
+				return r, "Sail's Istio default, status.activeRevisionName"
+			}
+			named = append(named, u)
+		}
+	}
+	if len(named) != 1 {
+		return "", ""
+	}
+	r, _, _ := unstructured.NestedString(named[0].Object, "status", "activeRevisionName")
+	return r, "Sail's Istio " + named[0].GetName() + ", status.activeRevisionName"
 }
 
 // mesh reads the installed revisions and tags from the injector webhook

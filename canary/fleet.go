@@ -108,7 +108,7 @@ func fleetWait(m *machine, first bool) (string, time.Duration) {
 			case st == nil:
 				return fmt.Sprintf("waiting for %s to complete the move to %s: it has not started", where, m.st.TargetRevision), 0
 			case st.TargetRevision != m.st.TargetRevision || st.Mode != m.st.Mode:
-				return fmt.Sprintf("waiting for %s to complete the move to %s: it moves to %s", where, describeMove(m.st.TargetRevision, m.st.Mode), describeMove(st.TargetRevision, st.Mode)), 0
+				return fmt.Sprintf("waiting for %s to complete the move to %s: its migration to %s is %s", where, describeMove(m.st.TargetRevision, m.st.Mode), describeMove(st.TargetRevision, st.Mode), st.Phase), 0
 			case st.Phase != PhaseCompleted || st.CompletedAt == nil:
 				progress := ""
 				if st.Wave > 0 {

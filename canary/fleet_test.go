@@ -47,7 +47,7 @@ func TestTheFirstWaveWaitsForTheRingBeforeToCompleteAndSoak(t *testing.T) {
 		{"its namespace there, not opted in", staged(map[string]PeerNamespace{"shop": {}}),
 			"the first wave of 2 waits: waiting for namespace shop in cluster staging (ring staging) to complete the move to 1-26: it has not opted in (meshwave.io/target-revision)", backstop},
 		{"its namespace completed another move", staged(map[string]PeerNamespace{"shop": peerStatus(PhaseCompleted, "1-27", t0.Add(-time.Hour))}),
-			"the first wave of 2 waits: waiting for namespace shop in cluster staging (ring staging) to complete the move to 1-26: it moves to 1-27", backstop},
+			"the first wave of 2 waits: waiting for namespace shop in cluster staging (ring staging) to complete the move to 1-26: its migration to 1-27 is Completed", backstop},
 		{"completed four minutes ago, of a soak of ten", staged(map[string]PeerNamespace{"shop": peerStatus(PhaseCompleted, "1-26", t0.Add(-4*time.Minute))}),
 			"the first wave of 2 waits: ring staging soaks: namespace shop in cluster staging (ring staging) completed the move to 1-26, and must stay completed 6m0s more", 6 * time.Minute},
 		{"paused there", staged(map[string]PeerNamespace{"shop": {OptedIn: true, Status: &Status{Phase: PhasePaused, TargetRevision: "1-26", Wave: 1, TotalWaves: 2, Reason: "wave 1 failed: error-rate 0.31 > 0.05"}}}),

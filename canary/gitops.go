@@ -234,7 +234,7 @@ func gitopsWarnings(m *machine, plan NamespacePlan) []string {
 	ns := m.snap().Namespace
 	if o, ok := OwnerOf(ns.Labels, ns.Annotations); ok {
 		out = append(out, fmt.Sprintf("namespace %s is applied by %s: if its %s label is in git, a sync switches it back to %s after meshwave switches it. Hand the label over: set %s=%s in git and let meshwave run the waves, or %s",
-			ns.Name, o, LabelRev, ns.Labels[LabelRev], LabelRev, m.st.Target, handOver(o, true, "/metadata/labels/istio.io~1rev")))
+			ns.Name, o, LabelRev, ns.Labels[LabelRev], LabelRev, m.st.label(), handOver(o, true, "/metadata/labels/istio.io~1rev")))
 	}
 	inPlan := map[string]bool{}
 	for _, w := range plan.Waves {

@@ -366,6 +366,9 @@ func planOf(r *Reading, sizes WaveSizes) NamespacePlan {
 }
 
 func unresolvedTarget(ns, target string) InputError {
+	if target == TargetAuto {
+		return unresolvedAuto(ns)
+	}
 	return InputError{
 		Key: AnnotationTargetRevision, Kind: "namespace", Namespace: ns, Name: ns, Value: target,
 		Expected: fmt.Sprintf("an installed revision or tag (no MutatingWebhookConfiguration istio-sidecar-injector-%s or istio-revision-tag-%s exists)", target, target),

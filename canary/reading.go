@@ -158,8 +158,14 @@ func (r *Reading) settle(resolve func(string) (string, bool), peer bool) {
 	if resolved {
 		keeps := keepsRevision(st, settings)
 		if st.TargetRevision != "" && st.TargetRevision != rev && !keeps {
-			// A tag was repointed mid-way: this is a migration to somewhere else.
-			r.event(EventWarning, "TargetChanged", fmt.Sprintf("%s now resolves to %s instead of %s; starting over", settings.Target, rev, st.TargetRevision))
+			if followsAuto(st, settings) {
+				// The mesh's default moved after the migration completed:
+				// the hands-off target's signal to move again.
+				r.event(EventNormal, "TargetFollowed", fmt.Sprintf("%s now resolves to %s%s; the migration to %s completed, so a new one to %s starts", settings.Target, rev, r.autoFrom(), st.TargetRevision, rev))
+			} else {
+				// A tag was repointed mid-way: this is a migration to somewhere else.
+				r.event(EventWarning, "TargetChanged", fmt.Sprintf("%s now resolves to %s instead of %s; starting over", settings.Target, rev, st.TargetRevision))
+			}
 			st = r.freshStatus(settings.Target)
 			r.Status = st
 		}

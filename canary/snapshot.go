@@ -154,6 +154,11 @@ type Mesh struct {
 	Revisions map[string]Revision
 	// Tags maps each revision tag to the revision it points at.
 	Tags map[string]string
+	// Auto is the revision the target auto stands for: the Sail
+	// Operator's active revision, else the default tag's; "" when neither
+	// names one. AutoFrom says where it was read, for messages.
+	Auto     string
+	AutoFrom string
 	// Ztunnels says, for each node a ztunnel pod (app=ztunnel in the root
 	// namespace) is scheduled on, whether one of them is Ready there.
 	Ztunnels map[string]bool
@@ -177,6 +182,9 @@ type Revision struct {
 
 // Resolve returns the revision a revision or tag name stands for.
 func (m Mesh) Resolve(name string) (string, bool) {
+	if name == TargetAuto {
+		return m.Auto, m.Auto != ""
+	}
 	if _, ok := m.Revisions[name]; ok {
 		return name, true
 	}

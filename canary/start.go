@@ -30,7 +30,7 @@ func pending(m *machine) step {
 	plan := m.plan()
 	if plan.Remaining() == 0 && len(plan.Moved) == 0 {
 		// Every injected workload already runs the target.
-		ensureLabel(m, st.Target)
+		ensureLabel(m, st.label())
 		st.Phase, st.Reason = PhaseCompleted, fmt.Sprintf("every injected workload already runs %s", st.TargetRevision)
 		st.CompletedAt = timePtr(m.now)
 		m.event("", EventNormal, "Completed", st.Reason)

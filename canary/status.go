@@ -73,6 +73,9 @@ func (s *Status) keepsRevision() bool {
 // on the revision it went to, and the request is not dropped by a start
 // over.
 func keepsRevision(st *Status, settings NamespaceSettings) bool {
+	if followsAuto(st, settings) {
+		return false
+	}
 	return st.keepsRevision() || settings.Rollback != RollbackNone && st.Wave > 0
 }
 

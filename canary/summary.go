@@ -185,9 +185,9 @@ func (s *Status) ownedLabel() string {
 	case s.Phase == PhaseCompleted && s.NamespaceEnrolled:
 		return "" // the namespace is ambient: it carries no istio.io/rev
 	case s.Phase == PhaseCompleted:
-		return s.Target
+		return s.label()
 	case s.Wave > 0 && (s.Phase == PhaseMigrating || s.Phase == PhaseAnalyzing || s.Phase == PhasePaused):
-		return s.Target
+		return s.label()
 	}
 	return ""
 }

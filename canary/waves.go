@@ -30,7 +30,7 @@ func startWave(m *machine) step {
 		kind = " (canary)"
 	}
 	m.event("", EventNormal, "WaveStarted", fmt.Sprintf("wave %d/%d%s started: %s", st.Wave, st.Wave+len(plan.Waves)-1, kind, strings.Join(names, ", ")))
-	ensureLabel(m, st.Target)
+	ensureLabel(m, st.label())
 	useWaypoint(m)
 	next, _ := restarts(m)
 	return next

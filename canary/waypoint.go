@@ -90,7 +90,7 @@ func waypointRevisionProblem(m *machine, gw Gateway) string {
 	if gw.Revision != "" {
 		has = LabelRev + "=" + gw.Revision
 	}
-	return fmt.Sprintf("waypoint %s carries %s: label the Gateway %s=%s, so the target's istiod deploys and serves it whatever the namespace's label says", gw.Name, has, LabelRev, m.st.Target)
+	return fmt.Sprintf("waypoint %s carries %s: label the Gateway %s=%s, so the target's istiod deploys and serves it whatever the namespace's label says", gw.Name, has, LabelRev, m.st.label())
 }
 
 // waypointHoldsEnrolment says why the namespace may not be enrolled yet

@@ -29,32 +29,43 @@ import (
 	"github.com/meshwave/meshwave/e2e/world"
 )
 
-// TestAFleetMovesRingByRing runs two clusters, each its own etcd,
+// TestAFleetMovesRingByRing runs three clusters, each its own etcd,
 // kube-apiserver, controllers and real istiods, each with its own agent:
-// staging in the first ring, prod in the second, with a soak of seconds.
-// Each reads the other through the Secret create-remote-secret made.
+// staging in the first ring, prod-eu and prod-us in the second, with a soak
+// of seconds. Each reads the others through the Secrets
+// create-remote-secret made.
 func TestAFleetMovesRingByRing(t *testing.T) {
 	const soak = 8 * time.Second
-	staging := fixture.New(t, world.Options{NoPrometheus: true})
-	prod := fixture.New(t, world.Options{NoPrometheus: true})
+	boot := time.Now()
+	opts := world.Options{NoPrometheus: true, Tags: map[string]string{"default": "1-25"}}
+	staging, prodEU, prodUS := fixture.New(t, opts), fixture.New(t, opts), fixture.New(t, opts)
+	t.Logf("three clusters booted in %s", time.Since(boot).Round(100*time.Millisecond))
+	clusters := []struct {
+		name string
+		f    *fixture.Fixture
+	}{{"staging", staging}, {"prod-eu", prodEU}, {"prod-us", prodUS}}
+	secondRing := []*fixture.Fixture{prodEU, prodUS}
+	all := []*fixture.Fixture{staging, prodEU, prodUS}
 	rings := []agent.RingConfig{
 		{Name: "staging", Clusters: []string{"staging"}, Soak: agent.Duration(soak)},
-		{Name: "prod", Clusters: []string{"prod"}},
+		{Name: "prod", Clusters: []string{"prod-eu", "prod-us"}},
 	}
 
 	// Each cluster's reading account, made by create-remote-secret against
-	// it; its Secret applied in the other.
-	for _, c := range []struct {
-		name     string
-		from, to *fixture.Fixture
-	}{{"staging", staging, prod}, {"prod", prod, staging}} {
-		out := runCLI(t, c.from, "create-remote-secret", "--name", c.name, "--token-expiration", "1h")
+	// it; its Secret applied in the others.
+	for _, from := range clusters {
+		out := runCLI(t, from.f, "create-remote-secret", "--name", from.name, "--token-expiration", "1h")
 		var secret corev1.Secret
 		require.NoError(t, yaml.Unmarshal([]byte(out), &secret), out)
-		assert.Equal(t, "meshwave-remote-"+c.name, secret.Name)
+		assert.Equal(t, "meshwave-remote-"+from.name, secret.Name)
 		assert.Equal(t, map[string]string{agent.LabelRemoteCluster: "true"}, secret.Labels)
-		_, err := c.to.Client.CoreV1().Secrets("istio-system").Create(c.to.Ctx, &secret, metav1.CreateOptions{})
-		require.NoError(t, err)
+		for _, to := range clusters {
+			if to.name == from.name {
+				continue
+			}
+			_, err := to.f.Client.CoreV1().Secrets("istio-system").Create(to.f.Ctx, secret.DeepCopy(), metav1.CreateOptions{})
+			require.NoError(t, err)
+		}
 	}
 
 	t.Run("the remote account reads namespaces and nothing else", func(t *testing.T) {
@@ -93,10 +104,7 @@ func TestAFleetMovesRingByRing(t *testing.T) {
 		}
 	})
 
-	for _, c := range []struct {
-		f    *fixture.Fixture
-		name string
-	}{{staging, "staging"}, {prod, "prod"}} {
+	for _, c := range clusters {
 		cfg := testConfig(c.f)
 		cfg.Fleet = agent.FleetConfig{Cluster: c.name, Rings: rings, Await: "namespace"}
 		// One replica a cluster: it goes on through its own apiserver's
@@ -107,62 +115,70 @@ func TestAFleetMovesRingByRing(t *testing.T) {
 
 	t.Run("the second ring starts after the first completed and soaked, and waits while the first cannot be read", func(t *testing.T) {
 		const ns = "shop"
-		for _, f := range []*fixture.Fixture{staging, prod} {
+		for _, f := range all {
 			f.For(t).Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, nil).
 				Deployment(ns, "cart").Deployment(ns, "web").RolledOut(ns)
 		}
-		optIn(prod.For(t), ns, "1-26", 10)
-		waitForReason(prod.For(t), ns, "the first wave of 2 waits: waiting for namespace shop in cluster staging (ring staging) to complete the move to 1-26: ")
+		for _, f := range secondRing {
+			optIn(f.For(t), ns, "1-26", 10)
+		}
+		for _, f := range secondRing {
+			waitForReason(f.For(t), ns, "the first wave of 2 waits: waiting for namespace shop in cluster staging (ring staging) to complete the move to 1-26: ")
+		}
 		optIn(staging.For(t), ns, "1-26", 10)
 
 		done := waitForPhase(staging.For(t), ns, canary.PhaseCompleted, 2*time.Minute)
 		require.NotNil(t, done.CompletedAt)
-		waitForReason(prod.For(t), ns, "the first wave of 2 waits: ring staging soaks: namespace shop in cluster staging (ring staging) completed the move to 1-26, and must stay completed ")
+		for _, f := range secondRing {
+			waitForReason(f.For(t), ns, "the first wave of 2 waits: ring staging soaks: namespace shop in cluster staging (ring staging) completed the move to 1-26, and must stay completed ")
+		}
 
 		// The first ring's apiserver stops mid-soak: the second waits, and
 		// says why, past the end of the soak.
 		staging.World.Cluster.StopAPIServer()
-		waitForReason(prod.For(t), ns, "the first wave of 2 waits: cluster staging of ring staging cannot be read: its apiserver did not answer through Secret istio-system/meshwave-remote-staging: ")
+		for _, f := range secondRing {
+			waitForReason(f.For(t), ns, "the first wave of 2 waits: cluster staging of ring staging cannot be read: its apiserver did not answer through Secret istio-system/meshwave-remote-staging: ")
+		}
 		time.Sleep(time.Until(done.CompletedAt.Add(soak + 2*time.Second)))
-		st := status(prod.For(t), ns)
-		require.NotNil(t, st)
-		assert.Equal(t, canary.PhasePending, st.Phase, "nothing advances on missing data: %s", st.Reason)
-		_, moved := moveRecord(prod.For(t), ns, "cart")
-		assert.False(t, moved, "no workload of the second ring restarted")
+		for _, f := range secondRing {
+			st := status(f.For(t), ns)
+			require.NotNil(t, st)
+			assert.Equal(t, canary.PhasePending, st.Phase, "nothing advances on missing data: %s", st.Reason)
+			_, moved := moveRecord(f.For(t), ns, "cart")
+			assert.False(t, moved, "no workload of the second ring restarted")
+		}
 		require.NoError(t, staging.World.Cluster.StartAPIServer(staging.Ctx))
 
-		final := waitForPhase(prod.For(t), ns, canary.PhaseCompleted, 2*time.Minute)
-		assert.Equal(t, "moved 2 workloads to 1-26 in 2 waves", final.Reason)
-		first, ok := moveRecord(prod.For(t), ns, "cart")
-		if r, web := moveRecord(prod.For(t), ns, "web"); web && (!ok || r.At.Before(first.At)) {
-			first, ok = r, true
-		}
-		require.True(t, ok)
-		assert.False(t, first.At.Before(done.CompletedAt.Add(soak)), "the second ring's first restart (%s) comes after the first ring's soak (%s + %s)", first.At, done.CompletedAt, soak)
-		var waits []string
-		for _, e := range eventsFor(prod.For(t), "Namespace", "", ns) {
-			if strings.HasPrefix(e, "WaitingForRing: ") {
-				waits = append(waits, e)
+		for _, f := range secondRing {
+			final := waitForPhase(f.For(t), ns, canary.PhaseCompleted, 2*time.Minute)
+			assert.Equal(t, "moved 2 workloads to 1-26 in 2 waves", final.Reason)
+			first := firstMove(f.For(t), ns, "cart", "web")
+			assert.False(t, first.Before(done.CompletedAt.Add(soak)), "the second ring's first restart (%s) comes after the first ring's soak (%s + %s)", first, done.CompletedAt, soak)
+			var waits []string
+			for _, e := range eventsFor(f.For(t), "Namespace", "", ns) {
+				if strings.HasPrefix(e, "WaitingForRing: ") {
+					waits = append(waits, e)
+				}
 			}
+			assert.GreaterOrEqual(t, len(waits), 3, "an Event for each thing waited for: %v", waits)
 		}
-		assert.GreaterOrEqual(t, len(waits), 3, "an Event for each thing waited for: %v", waits)
-		for _, w := range []*fixture.Fixture{staging, prod} {
-			w.For(t).Then().PodsOnRevision(ns, "cart", "1-26").PodsOnRevision(ns, "web", "1-26")
+		for _, f := range all {
+			f.For(t).Then().PodsOnRevision(ns, "cart", "1-26").PodsOnRevision(ns, "web", "1-26")
 		}
 	})
 
 	t.Run("a wave failed and paused in the first ring holds the second until a person resumes it", func(t *testing.T) {
 		const ns = "hold"
-		for _, f := range []*fixture.Fixture{staging, prod} {
+		for _, f := range []*fixture.Fixture{staging, prodEU} {
 			f.For(t).Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, map[string]string{canary.AnnotationFailurePolicy: "Pause"}).
 				Deployment(ns, "api", fixture.Annotations(map[string]string{canary.AnnotationReadinessTimeout: "5s"})).RolledOut(ns)
 		}
 		release := holdNew(staging.For(t), ns, "api")
-		optIn(prod.For(t), ns, "1-26", 10)
+		optIn(prodEU.For(t), ns, "1-26", 10)
 		optIn(staging.For(t), ns, "1-26", 10)
 		waitForPhase(staging.For(t), ns, canary.PhasePaused, 2*time.Minute)
-		waitForReason(prod.For(t), ns, "the first wave of 1 waits: held by namespace hold in cluster staging (ring staging), Paused at wave 1: ")
-		st := status(prod.For(t), ns)
+		waitForReason(prodEU.For(t), ns, "the first wave of 1 waits: held by namespace hold in cluster staging (ring staging), Paused at wave 1: ")
+		st := status(prodEU.For(t), ns)
 		require.NotNil(t, st)
 		assert.True(t, strings.HasSuffix(st.Reason, "; every later ring waits until a person resumes it or it completes"), st.Reason)
 
@@ -170,17 +186,57 @@ func TestAFleetMovesRingByRing(t *testing.T) {
 		release()
 		staging.For(t).When().AnnotateNamespace(ns, canary.AnnotationPaused, nil)
 		done := waitForPhase(staging.For(t), ns, canary.PhaseCompleted, 2*time.Minute)
-		final := waitForPhase(prod.For(t), ns, canary.PhaseCompleted, 2*time.Minute)
+		final := waitForPhase(prodEU.For(t), ns, canary.PhaseCompleted, 2*time.Minute)
 		assert.Equal(t, "moved 1 workloads to 1-26 in 1 waves", final.Reason)
-		r, ok := moveRecord(prod.For(t), ns, "api")
+		r, ok := moveRecord(prodEU.For(t), ns, "api")
 		require.True(t, ok)
 		assert.False(t, r.At.Before(done.CompletedAt.Add(soak)), "resumed, the second ring still waits out the first's soak")
+	})
+
+	t.Run("moving the default tag in each cluster moves the fleet ring by ring, with the target auto", func(t *testing.T) {
+		const ns = "follow"
+		for _, f := range all {
+			f.For(t).Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, nil).Deployment(ns, "api").RolledOut(ns)
+			optIn(f.For(t), ns, canary.TargetAuto, 10)
+		}
+		for _, f := range all {
+			st := waitForPhase(f.For(t), ns, canary.PhaseCompleted, time.Minute)
+			assert.Equal(t, "1-25", st.TargetRevision, "auto is the default tag's revision, which the namespace already runs")
+		}
+
+		// The tag moves in each cluster, the later ring's first; nobody
+		// writes to a namespace.
+		for _, f := range []*fixture.Fixture{prodUS, prodEU, staging} {
+			require.NoError(t, f.World.Mesh.SetTag(f.Ctx, "default", "1-26"))
+		}
+		done := waitForMigration(staging.For(t), ns, "1-26", canary.PhaseCompleted)
+		for _, f := range secondRing {
+			final := waitForMigration(f.For(t), ns, "1-26", canary.PhaseCompleted)
+			assert.Equal(t, "moved 1 workloads to 1-26 in 1 waves", final.Reason)
+			first := firstMove(f.For(t), ns, "api")
+			assert.False(t, first.Before(done.CompletedAt.Add(soak)), "the second ring's restart (%s) comes after the first ring's soak (%s + %s)", first, done.CompletedAt, soak)
+			var followed, waited bool
+			for _, e := range eventsFor(f.For(t), "Namespace", "", ns) {
+				followed = followed || strings.HasPrefix(e, "TargetFollowed: auto now resolves to 1-26 (the tag default); the migration to 1-25 completed, so a new one to 1-26 starts")
+				waited = waited || strings.HasPrefix(e, "WaitingForRing: the first wave of 1 waits: ")
+			}
+			assert.True(t, followed, "a TargetFollowed Event")
+			assert.True(t, waited, "a WaitingForRing Event")
+		}
+		for _, f := range all {
+			n, err := f.Client.CoreV1().Namespaces().Get(f.Ctx, ns, metav1.GetOptions{})
+			require.NoError(t, err)
+			assert.Equal(t, canary.TargetAuto, n.Annotations[canary.AnnotationTargetRevision])
+			assert.Equal(t, "1-26", n.Labels[mesh.LabelRev], "the revision auto resolved to, never the tag: its next move injects nothing before its wave")
+			f.For(t).Then().PodsOnRevision(ns, "api", "1-26")
+		}
 	})
 
 	t.Run("fleet status shows every cluster, ring by ring, through the local kubeconfig's contexts", func(t *testing.T) {
 		dir := t.TempDir()
 		merged := clientcmdapi.NewConfig()
-		for name, f := range map[string]*fixture.Fixture{"staging": staging, "prod": prod} {
+		for _, c := range clusters {
+			name, f := c.name, c.f
 			one, err := clientcmd.LoadFromFile(f.World.Cluster.Kubeconfig)
 			require.NoError(t, err)
 			ctx := one.Contexts[one.CurrentContext]
@@ -189,11 +245,11 @@ func TestAFleetMovesRingByRing(t *testing.T) {
 			merged.AuthInfos[name] = one.AuthInfos[ctx.AuthInfo]
 			merged.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name}
 		}
-		merged.CurrentContext = "prod"
+		merged.CurrentContext = "prod-eu"
 		kubeconfig := filepath.Join(dir, "kubeconfig")
 		require.NoError(t, clientcmd.WriteToFile(*merged, kubeconfig))
 		config := filepath.Join(dir, "config.yaml")
-		require.NoError(t, os.WriteFile(config, []byte("fleet:\n  cluster: prod\n  rings:\n  - {name: staging, clusters: [staging], soak: 8s}\n  - {name: prod, clusters: [prod, prod-us]}\n"), 0o600))
+		require.NoError(t, os.WriteFile(config, []byte("fleet:\n  cluster: prod-eu\n  rings:\n  - {name: staging, clusters: [staging], soak: 8s}\n  - {name: prod, clusters: [prod-eu, prod-us, prod-ap]}\n"), 0o600))
 		cmd := exec.Command(meshwaveCLI(t), "fleet", "status", "--config", config, "-o", "json")
 		cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
 		out, err := cmd.Output()
@@ -211,9 +267,10 @@ func TestAFleetMovesRingByRing(t *testing.T) {
 			}
 		}
 		assert.Equal(t, []string{
-			"staging/staging/hold: Completed 1-26", "staging/staging/shop: Completed 1-26",
-			"prod/prod/hold: Completed 1-26", "prod/prod/shop: Completed 1-26",
-			"prod/prod-us: no kubeconfig context of this name",
+			"staging/staging/follow: Completed 1-26", "staging/staging/hold: Completed 1-26", "staging/staging/shop: Completed 1-26",
+			"prod/prod-eu/follow: Completed 1-26", "prod/prod-eu/hold: Completed 1-26", "prod/prod-eu/shop: Completed 1-26",
+			"prod/prod-us/follow: Completed 1-26", "prod/prod-us/shop: Completed 1-26",
+			"prod/prod-ap: no kubeconfig context of this name",
 		}, got)
 	})
 }
@@ -228,4 +285,33 @@ func waitForReason(f *fixture.Fixture, ns, want string) {
 		}
 		return strings.HasPrefix(st.Reason, want), string(st.Phase) + ": " + st.Reason
 	})
+}
+
+// waitForMigration waits until namespace ns's status is of the migration
+// to rev, in phase.
+func waitForMigration(f *fixture.Fixture, ns, rev string, phase canary.Phase) *canary.Status {
+	f.T.Helper()
+	var st *canary.Status
+	f.EventuallyWithin(fmt.Sprintf("namespace %s to be %s to %s", ns, phase, rev), 2*time.Minute, func() (bool, string) {
+		st = status(f, ns)
+		if st == nil {
+			return false, "no status"
+		}
+		return st.TargetRevision == rev && st.Phase == phase, fmt.Sprintf("%s to %s: %s", st.Phase, st.TargetRevision, st.Reason)
+	})
+	return st
+}
+
+// firstMove is the time of the first restart among the named Deployments'
+// move records.
+func firstMove(f *fixture.Fixture, ns string, names ...string) time.Time {
+	f.T.Helper()
+	var first time.Time
+	for _, name := range names {
+		if r, ok := moveRecord(f, ns, name); ok && (first.IsZero() || r.At.Before(first)) {
+			first = r.At
+		}
+	}
+	require.False(f.T, first.IsZero(), "none of %v moved", names)
+	return first
 }
