@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"maps"
+	"strings"
 	"time"
 
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
@@ -257,7 +258,14 @@ func transform(keepPodAnnotations map[string]bool) cache.TransformFunc {
 			return o, nil
 		case *admissionregv1.MutatingWebhookConfiguration:
 			o.ManagedFields = nil
+			// An injector's caBundle is the root of trust its istiod
+			// distributes (a fleet compares it); one copy is enough.
+			kept := !strings.HasPrefix(o.Name, injectorPrefix)
 			for i := range o.Webhooks {
+				if !kept && strings.HasSuffix(o.Webhooks[i].Name, injectorWebhookSuffix) && len(o.Webhooks[i].ClientConfig.CABundle) > 0 {
+					kept = true
+					continue
+				}
 				o.Webhooks[i].ClientConfig.CABundle = nil
 			}
 			return o, nil

@@ -1,6 +1,9 @@
 package agent
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/pem"
 	"maps"
 	"slices"
 	"sort"
@@ -8,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -24,8 +28,12 @@ import (
 // Istio's naming of injector webhook configurations.
 const (
 	injectorPrefix = "istio-sidecar-injector-"
-	tagPrefix      = "istio-revision-tag-"
-	revisionAnno   = "deployment.kubernetes.io/revision"
+	// injectorWebhookSuffix ends the names of the webhooks whose caBundle
+	// istiod patches with its own: Istio's webhook patcher writes only
+	// those.
+	injectorWebhookSuffix = "sidecar-injector.istio.io"
+	tagPrefix             = "istio-revision-tag-"
+	revisionAnno          = "deployment.kubernetes.io/revision"
 )
 
 // Gather reads one namespace and the mesh from the caches into a
@@ -374,7 +382,7 @@ func (c *Caches) revisions() (canary.Mesh, error) {
 			if l := mwc.Labels[canary.LabelRev]; l != "" {
 				rev = l
 			}
-			m.Revisions[rev] = canary.Revision{Name: rev}
+			m.Revisions[rev] = canary.Revision{Name: rev, Roots: rootsOf(mwc)}
 		}
 	}
 	if rev, ok := m.Tags["default"]; ok {
@@ -635,4 +643,34 @@ func (c *Caches) workloadMeta(ns, id string) (metav1.Object, runtime.Object, boo
 		return nil, nil, false
 	}
 	return obj, obj, true
+}
+
+// rootsOf are the fingerprints of the certificates in the caBundle istiod
+// wrote into its injector webhook configuration: the root of trust the
+// revision distributes, sorted; nil when none is there.
+func rootsOf(mwc *admissionregv1.MutatingWebhookConfiguration) []string {
+	for _, h := range mwc.Webhooks {
+		if !strings.HasSuffix(h.Name, injectorWebhookSuffix) || len(h.ClientConfig.CABundle) == 0 {
+			continue
+		}
+		var roots []string
+		rest := h.ClientConfig.CABundle
+		for {
+			var block *pem.Block
+			block, rest = pem.Decode(rest)
+			if block == nil {
+				break
+			}
+			if block.Type != "CERTIFICATE" {
+				continue
+			}
+			sum := sha256.Sum256(block.Bytes)
+			if fp := "sha256:" + hex.EncodeToString(sum[:]); !slices.Contains(roots, fp) {
+				roots = append(roots, fp)
+			}
+		}
+		slices.Sort(roots)
+		return roots
+	}
+	return nil
 }

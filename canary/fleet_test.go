@@ -18,6 +18,9 @@ func fleetSim(t *testing.T, staging PeerCluster) *sim {
 		{Name: "prod", Clusters: []string{"prod-eu", "prod-us"}},
 	}}
 	s.snap.Clusters = map[string]PeerCluster{"staging": staging, "prod-us": {Err: "connection refused"}}
+	rev := s.snap.Mesh.Revisions["1-26"]
+	rev.Roots = []string{rootA}
+	s.snap.Mesh.Revisions["1-26"] = rev
 	return s
 }
 

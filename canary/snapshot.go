@@ -178,6 +178,11 @@ type Revision struct {
 	// VersionFrom says where it was read, for messages.
 	ProxyVersion string
 	VersionFrom  string
+	// Roots are the fingerprints (sha256:<hex>) of the certificates in
+	// the caBundle its istiod writes into its injector webhook
+	// configuration: the root of trust it distributes. nil when none is
+	// read.
+	Roots []string
 }
 
 // Resolve returns the revision a revision or tag name stands for.

@@ -152,6 +152,10 @@ func precheck(m *machine) (reason string, retry bool, source Source) {
 	if why, _ := downgrade(m, source.Revision); why != "" {
 		return why, false, Source{}
 	}
+	publishRoots(m)
+	if why := rootOfTrustProblem(m); why != "" {
+		return why, true, Source{}
+	}
 	if !anyInjected(m.snap().Workloads) {
 		return fmt.Sprintf("nothing to migrate: no workload has an injected pod; %s stays %s", LabelRev, label), false, Source{}
 	}

@@ -271,6 +271,11 @@ type Status struct {
 	BlockedPhase Phase `json:"blockedPhase,omitempty"`
 	// PausedByAgent is set when meshwave itself paused the namespace.
 	PausedByAgent bool `json:"pausedByAgent,omitempty"`
+	// Roots are the fingerprints (sha256:<hex> of each certificate) of
+	// the root of trust the target revision distributes in this cluster,
+	// published before the first wave for the fleet's other clusters to
+	// compare (rootoftrust.go); only in a fleet.
+	Roots []string `json:"roots,omitempty"`
 
 	StartedAt     *time.Time `json:"startedAt,omitempty"`
 	WaveStartedAt *time.Time `json:"waveStartedAt,omitempty"`
@@ -406,6 +411,14 @@ func validateNames(s *Status, v *statusErrors) {
 	noTarget := s.Target == "" && s.Wave == 0 && (s.Phase == PhaseBlocked && s.BlockedKind == BlockedInvalidInput || s.Phase == PhaseStopped)
 	if !noTarget && (s.Target == "" || len(validation.IsValidLabelValue(s.Target)) > 0) {
 		v.bad("target", fmt.Sprintf("%q", s.Target), "a revision or tag name")
+	}
+	if len(s.Roots) > maxRoots {
+		v.bad("roots", fmt.Sprintf("(%d entries)", len(s.Roots)), fmt.Sprintf("at most %d entries", maxRoots))
+	}
+	for i, r := range s.Roots {
+		if !rootFingerprint.MatchString(r) {
+			v.bad(fmt.Sprintf("roots[%d]", i), fmt.Sprintf("%q", r), "sha256: and 64 lowercase hex digits")
+		}
 	}
 	for field, value := range map[string]string{"targetRevision": s.TargetRevision, "sourceLabel": s.SourceLabel, "sourceRevision": s.SourceRevision} {
 		if len(validation.IsValidLabelValue(value)) > 0 {

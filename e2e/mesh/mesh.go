@@ -52,6 +52,9 @@ type Revision struct {
 	// Default also installs the istio-injection=enabled webhooks (the
 	// real istiod's "default" revision tag).
 	Default bool
+	// CA is the root CA plugged into this revision's istiods; nil takes
+	// the mesh's (Options.CA), and with neither istiod makes its own.
+	CA *PluggedCA
 	// Env is extra environment for istiod, for example
 	// XDS_AUTH_PLAINTEXT=true, without which istiod answers no debug
 	// request on its plaintext port, or DEBUG_ENDPOINT_AUTH_ALLOWED_NAMESPACES.
@@ -84,6 +87,10 @@ type Options struct {
 	Revisions []Revision
 	// Tags maps revision tags to the revision they point at.
 	Tags map[string]string
+	// CA is the root CA plugged into every revision's istiods, as the
+	// clusters of one multi-primary mesh share theirs; nil lets istiod
+	// make its own. Only the real istiod uses it.
+	CA *PluggedCA
 	// RootNamespace is where istiod runs; default istio-system.
 	RootNamespace string
 	// MeshV1 installs the Mesh v1 pod webhook.

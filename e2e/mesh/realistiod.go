@@ -310,6 +310,15 @@ func (d *realIstiod) startProcess(pod *corev1.Pod) (*istiodProcess, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
+	ca := d.rev.CA
+	if ca == nil {
+		ca = m.opts.CA
+	}
+	if ca != nil {
+		if err := ca.plugInto(dir); err != nil {
+			return nil, err
+		}
+	}
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	if err := m.serviceAccountKubeconfig(ctx, pod.Namespace, pod.Spec.ServiceAccountName, kubeconfig); err != nil {
 		return nil, err

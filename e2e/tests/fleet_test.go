@@ -1,7 +1,10 @@
 package tests
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"os"
 	"os/exec"
@@ -37,7 +40,11 @@ import (
 func TestAFleetMovesRingByRing(t *testing.T) {
 	const soak = 8 * time.Second
 	boot := time.Now()
-	opts := world.Options{NoPrometheus: true, Tags: map[string]string{"default": "1-25"}}
+	// One root of trust for the fleet, plugged into every istiod, as a
+	// multi-primary mesh has.
+	fleetCA, err := mesh.NewPluggedCA("fleet")
+	require.NoError(t, err)
+	opts := world.Options{NoPrometheus: true, Tags: map[string]string{"default": "1-25"}, CA: fleetCA}
 	staging, prodEU, prodUS := fixture.New(t, opts), fixture.New(t, opts), fixture.New(t, opts)
 	t.Logf("three clusters booted in %s", time.Since(boot).Round(100*time.Millisecond))
 	clusters := []struct {
@@ -232,6 +239,35 @@ func TestAFleetMovesRingByRing(t *testing.T) {
 		}
 	})
 
+	t.Run("a cluster whose target distributes another root of trust is blocked with the reason", func(t *testing.T) {
+		const ns = "trust"
+		otherCA, err := mesh.NewPluggedCA("elsewhere")
+		require.NoError(t, err)
+		for _, c := range clusters {
+			rev := mesh.Revision{Name: "1-27"}
+			if c.f == prodUS {
+				rev.CA = otherCA
+			}
+			require.NoError(t, c.f.World.Mesh.InstallRevision(c.f.Ctx, rev))
+			c.f.For(t).Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, nil).Deployment(ns, "api").RolledOut(ns)
+			optIn(c.f.For(t), ns, "1-27", 10)
+		}
+		done := waitForMigration(staging.For(t), ns, "1-27", canary.PhaseCompleted)
+		assert.Equal(t, []string{fingerprint(t, fleetCA.CertPEM)}, done.Roots, "the fleet's root, as istiod distributes it in its webhook")
+		final := waitForMigration(prodEU.For(t), ns, "1-27", canary.PhaseCompleted)
+		assert.Equal(t, done.Roots, final.Roots)
+
+		blocked := waitForMigration(prodUS.For(t), ns, "1-27", canary.PhaseBlocked)
+		other := fingerprint(t, otherCA.CertPEM)
+		assert.Equal(t, canary.BlockedPrecheck, blocked.BlockedKind)
+		assert.Equal(t, fmt.Sprintf("precheck failed: the root of trust of revision 1-27 here (%s…) is not the one namespace trust in cluster staging (ring staging) published for it (%s…): workloads under two roots fail mTLS across clusters; plug the fleet's CA into this revision (Istio's cacerts) and its istiods will distribute it",
+			other[:len("sha256:")+16], done.Roots[0][:len("sha256:")+16]), blocked.Reason)
+		assert.Equal(t, []string{other}, blocked.Roots)
+		_, moved := moveRecord(prodUS.For(t), ns, "api")
+		assert.False(t, moved, "nothing restarted under another root")
+		prodUS.For(t).Then().PodsOnRevision(ns, "api", "1-25")
+	})
+
 	t.Run("fleet status shows every cluster, ring by ring, through the local kubeconfig's contexts", func(t *testing.T) {
 		dir := t.TempDir()
 		merged := clientcmdapi.NewConfig()
@@ -267,9 +303,9 @@ func TestAFleetMovesRingByRing(t *testing.T) {
 			}
 		}
 		assert.Equal(t, []string{
-			"staging/staging/follow: Completed 1-26", "staging/staging/hold: Completed 1-26", "staging/staging/shop: Completed 1-26",
-			"prod/prod-eu/follow: Completed 1-26", "prod/prod-eu/hold: Completed 1-26", "prod/prod-eu/shop: Completed 1-26",
-			"prod/prod-us/follow: Completed 1-26", "prod/prod-us/shop: Completed 1-26",
+			"staging/staging/follow: Completed 1-26", "staging/staging/hold: Completed 1-26", "staging/staging/shop: Completed 1-26", "staging/staging/trust: Completed 1-27",
+			"prod/prod-eu/follow: Completed 1-26", "prod/prod-eu/hold: Completed 1-26", "prod/prod-eu/shop: Completed 1-26", "prod/prod-eu/trust: Completed 1-27",
+			"prod/prod-us/follow: Completed 1-26", "prod/prod-us/shop: Completed 1-26", "prod/prod-us/trust: Blocked 1-27",
 			"prod/prod-ap: no kubeconfig context of this name",
 		}, got)
 	})
@@ -314,4 +350,13 @@ func firstMove(f *fixture.Fixture, ns string, names ...string) time.Time {
 	}
 	require.False(f.T, first.IsZero(), "none of %v moved", names)
 	return first
+}
+
+// fingerprint is how meshwave names a root: sha256: and the hex digest of
+// the certificate's DER.
+func fingerprint(t *testing.T, certPEM []byte) string {
+	block, _ := pem.Decode(certPEM)
+	require.NotNil(t, block)
+	sum := sha256.Sum256(block.Bytes)
+	return "sha256:" + hex.EncodeToString(sum[:])
 }

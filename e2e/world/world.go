@@ -25,6 +25,9 @@ type Options struct {
 	Tags map[string]string
 	// MeshV1 installs the Mesh v1 pod webhook.
 	MeshV1 bool
+	// CA is the root CA plugged into every istiod, as a fleet's clusters
+	// share one; nil lets each cluster's istiod make its own.
+	CA *mesh.PluggedCA
 	// ReadyDelay is how long the fake kubelet takes to start a pod; default 100ms.
 	ReadyDelay time.Duration
 	// RunTime is how long a pod that runs to completion (a Job's) runs
@@ -115,6 +118,7 @@ func Start(ctx context.Context, opts Options) (_ *World, err error) {
 		IPs:         w.Cluster.Kubelet,
 		Revisions:   opts.Revisions,
 		Tags:        opts.Tags,
+		CA:          opts.CA,
 		MeshV1:      opts.MeshV1,
 		RequestRate: opts.RequestRate,
 		Logf:        opts.Logf,
