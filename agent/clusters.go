@@ -221,7 +221,7 @@ func (fc *fleetClusters) clusters() map[string]canary.PeerCluster {
 				continue
 			}
 			_, opted := m.Annotations[canary.AnnotationTargetRevision]
-			n := canary.PeerNamespace{OptedIn: opted}
+			n := canary.PeerNamespace{OptedIn: opted, Labels: canary.PeerLabels(m.Labels)}
 			st, _, err := canary.ParseStatus(m.Annotations)
 			if err != nil {
 				n.StatusErr = err.Error()

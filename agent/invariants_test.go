@@ -128,6 +128,7 @@ func TestAnEndedMigrationDoesNotWaitForAnotherAdmission(t *testing.T) {
 		ns, err := c.client.CoreV1().Namespaces().Get(context.Background(), "shop", metav1.GetOptions{})
 		require.NoError(t, err)
 		ns.Annotations[canary.AnnotationStatus] = completed
+		ns.Labels[canary.LabelRev] = "1-26" // where the migration left it
 		_, err = c.client.CoreV1().Namespaces().Update(context.Background(), ns, metav1.UpdateOptions{})
 		require.NoError(t, err)
 	})

@@ -59,6 +59,55 @@ type PeerNamespace struct {
 	// cannot be read (StatusErr).
 	Status    *Status
 	StatusErr string
+	// Labels are the labels a completed status must agree with
+	// (PeerLabels): a status a person wrote over a namespace that was
+	// never switched is not taken as done.
+	Labels map[string]string
+}
+
+// PeerLabels keeps of a peer namespace's labels those that show where its
+// workloads were sent: istio.io/rev and istio.io/dataplane-mode.
+func PeerLabels(labels map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, k := range []string{LabelRev, LabelDataplaneMode} {
+		if v, ok := labels[k]; ok {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// contradicted says how a peer namespace's labels contradict its status's
+// Completed, or "": a completed sidecar move leaves istio.io/rev on its
+// target, a completed move to ambient that enrolled the namespace leaves
+// it ambient with no istio.io/rev.
+func contradicted(n PeerNamespace) string {
+	st := n.Status
+	rev, has := n.Labels[LabelRev]
+	switch {
+	case st.Mode == ModeAmbient && st.NamespaceEnrolled:
+		if n.Labels[LabelDataplaneMode] != DataplaneAmbient || has {
+			return fmt.Sprintf("the namespace is not labelled %s=%s alone (%s)", LabelDataplaneMode, DataplaneAmbient, describeLabels(n.Labels))
+		}
+	case st.Mode == ModeAmbient:
+		// Completed without enrolling: its label says nothing certain.
+	case !has || rev != st.label():
+		return fmt.Sprintf("its %s is not %s (%s)", LabelRev, st.label(), describeLabels(n.Labels))
+	}
+	return ""
+}
+
+func describeLabels(labels map[string]string) string {
+	if len(labels) == 0 {
+		return "neither " + LabelRev + " nor " + LabelDataplaneMode
+	}
+	var out []string
+	for _, k := range []string{LabelRev, LabelDataplaneMode} {
+		if v, ok := labels[k]; ok {
+			out = append(out, k+"="+v)
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 // fleetWait says why the namespace may not start its next wave because of
@@ -115,6 +164,9 @@ func fleetWait(m *machine, first bool) (string, time.Duration) {
 					progress = fmt.Sprintf(", wave %d/%d", st.Wave, st.TotalWaves)
 				}
 				return fmt.Sprintf("waiting for %s to complete the move to %s: it is %s%s", where, m.st.TargetRevision, st.Phase, progress), 0
+			}
+			if why := contradicted(n); why != "" {
+				return fmt.Sprintf("waiting for %s to complete the move to %s: its status says %s, but %s; a status its namespace contradicts is not taken as done", where, m.st.TargetRevision, st.Phase, why), 0
 			}
 			if left := st.CompletedAt.Add(before.Soak).Sub(m.now); left > soakLeft {
 				soakLeft, soaking = left, where

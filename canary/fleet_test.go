@@ -25,11 +25,11 @@ func fleetSim(t *testing.T, staging PeerCluster) *sim {
 }
 
 func peerStatus(phase Phase, target string, completedAt time.Time) PeerNamespace {
-	st := &Status{Phase: phase, TargetRevision: target, Wave: 2, TotalWaves: 2}
+	st := &Status{Phase: phase, Target: target, TargetRevision: target, Wave: 2, TotalWaves: 2}
 	if phase == PhaseCompleted {
 		st.CompletedAt = &completedAt
 	}
-	return PeerNamespace{OptedIn: true, Status: st}
+	return PeerNamespace{OptedIn: true, Status: st, Labels: map[string]string{LabelRev: target}}
 }
 
 func staged(ns map[string]PeerNamespace) PeerCluster { return PeerCluster{Namespaces: ns} }
@@ -139,4 +139,52 @@ func (s *sim) reasonsWithMessages() []string {
 		out = append(out, e.Reason+": "+e.Message)
 	}
 	return out
+}
+
+// A person who writes Completed into the status of a namespace of the
+// ring before, over one its agent never switched, does not start the
+// later ring: the namespace's labels contradict it. Once they agree, the
+// ring goes on.
+func TestACompletedStatusItsNamespaceContradictsIsNotTakenAsDone(t *testing.T) {
+	forged := peerStatus(PhaseCompleted, "1-26", t0.Add(-time.Hour))
+	forged.Labels = map[string]string{LabelRev: "1-25"}
+	s := fleetSim(t, staged(map[string]PeerNamespace{"shop": forged}))
+	d := s.decide(nil)
+	require.NotNil(t, d.Status)
+	assert.Equal(t, PhasePending, d.Status.Phase)
+	assert.Equal(t, "the first wave of 2 waits: waiting for namespace shop in cluster staging (ring staging) to complete the move to 1-26: its status says Completed, but its istio.io/rev is not 1-26 (istio.io/rev=1-25); a status its namespace contradicts is not taken as done", d.Status.Reason)
+	assert.Empty(t, d.Moves)
+
+	s.snap.Clusters["staging"].Namespaces["shop"] = peerStatus(PhaseCompleted, "1-26", t0.Add(-time.Hour))
+	s.now = s.now.Add(time.Minute)
+	d = s.decide(nil)
+	require.NotNil(t, d.Status)
+	assert.Equal(t, PhaseMigrating, d.Status.Phase, d.Status.Reason)
+}
+
+// The labels that agree with a completed status: the target as named (the
+// resolved revision for auto), or an enrolled ambient namespace with no
+// istio.io/rev.
+func TestThePeerLabelsThatAgreeWithACompletedStatus(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		st     Status
+		labels map[string]string
+		why    string
+	}{
+		{"a tag", Status{Target: "prod-stable", TargetRevision: "1-26"}, map[string]string{LabelRev: "prod-stable"}, ""},
+		{"a tag's revision is not the tag", Status{Target: "prod-stable", TargetRevision: "1-26"}, map[string]string{LabelRev: "1-26"}, "its istio.io/rev is not prod-stable (istio.io/rev=1-26)"},
+		{"auto", Status{Target: TargetAuto, TargetRevision: "1-26"}, map[string]string{LabelRev: "1-26"}, ""},
+		{"no label", Status{Target: "1-26", TargetRevision: "1-26"}, map[string]string{}, "its istio.io/rev is not 1-26 (neither istio.io/rev nor istio.io/dataplane-mode)"},
+		{"enrolled", Status{Target: "1-26", TargetRevision: "1-26", Mode: ModeAmbient, NamespaceEnrolled: true}, map[string]string{LabelDataplaneMode: DataplaneAmbient}, ""},
+		{"enrolled, but the revision label is back", Status{Target: "1-26", TargetRevision: "1-26", Mode: ModeAmbient, NamespaceEnrolled: true},
+			map[string]string{LabelDataplaneMode: DataplaneAmbient, LabelRev: "1-25"}, "the namespace is not labelled istio.io/dataplane-mode=ambient alone (istio.io/rev=1-25, istio.io/dataplane-mode=ambient)"},
+		{"ambient, not enrolled", Status{Target: "1-26", TargetRevision: "1-26", Mode: ModeAmbient}, map[string]string{LabelRev: "1-25"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := tc.st
+			st.Phase = PhaseCompleted
+			assert.Equal(t, tc.why, contradicted(PeerNamespace{Status: &st, Labels: tc.labels}))
+		})
+	}
 }

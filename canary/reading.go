@@ -218,6 +218,12 @@ func (r *Reading) keptOrNew(resolve func(string) (string, bool)) (st *Status, st
 		}
 	}
 	r.Standing = StandingKept
+	if st != nil && st.serves(settings) && !r.Retargeted {
+		if why := unfoundedCompletion(r.records, st, r.Snapshot.Namespace.Labels); why != "" {
+			r.event(EventWarning, "StatusRejected", why+"; the migration starts over from where the workloads run")
+			st = nil
+		}
+	}
 	if st == nil || !st.serves(settings) && !r.Retargeted || st.Phase == PhaseStopped {
 		st = r.freshStatus(settings.Target)
 	}

@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -200,6 +201,51 @@ func TestAFleetMovesRingByRing(t *testing.T) {
 		assert.False(t, r.At.Before(done.CompletedAt.Add(soak)), "resumed, the second ring still waits out the first's soak")
 	})
 
+	t.Run("a Completed status a person writes in the first ring starts nothing in the second", func(t *testing.T) {
+		const ns = "forged"
+		for _, f := range []*fixture.Fixture{staging, prodEU} {
+			f.For(t).Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, nil).Deployment(ns, "api").RolledOut(ns)
+		}
+		optIn(prodEU.For(t), ns, "1-26", 10)
+		waitForReason(prodEU.For(t), ns, "the first wave of 1 waits: waiting for namespace forged in cluster staging (ring staging) to complete the move to 1-26: it has not opted in")
+
+		// In one write, the first ring's namespace opts in with a status
+		// that says its move completed an hour ago.
+		forgedAt := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
+		forged := fmt.Sprintf(`{"phase":"Completed","target":"1-26","targetRevision":"1-26","sourceLabel":"1-25","sourceRevision":"1-25","wave":1,"totalWaves":1,"counts":{"total":1,"moved":1},"startedAt":%q,"completedAt":%q}`, forgedAt, forgedAt)
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+			canary.AnnotationTargetRevision: "1-26", canary.AnnotationPriority: "10", canary.AnnotationStatus: forged,
+		}}})
+		require.NoError(t, err)
+		_, err = staging.Client.CoreV1().Namespaces().Patch(staging.Ctx, ns, types.MergePatchType, patch, metav1.PatchOptions{})
+		require.NoError(t, err)
+
+		patchedAt := time.Now()
+		staging.For(t).Eventually("a StatusRejected Event in the first ring", func() (bool, string) {
+			events := eventsFor(staging.For(t), "Namespace", "", ns)
+			for _, e := range events {
+				if strings.HasPrefix(e, "StatusRejected: the status says migration 1-26@"+forgedAt+" completed 1 waves, but the namespace is not labelled istio.io/rev=1-26") {
+					return true, ""
+				}
+			}
+			return false, strings.Join(events, "\n")
+		})
+		var done *canary.Status
+		staging.For(t).EventuallyWithin("the first ring's real completion", 2*time.Minute, func() (bool, string) {
+			done = status(staging.For(t), ns)
+			if done == nil || done.CompletedAt == nil {
+				return false, "not completed"
+			}
+			return done.Phase == canary.PhaseCompleted && done.CompletedAt.After(patchedAt.Add(-time.Second)), fmt.Sprintf("%s, completed at %s", done.Phase, done.CompletedAt)
+		})
+		r, ok := moveRecord(staging.For(t), ns, "api")
+		require.True(t, ok, "the first ring moved its workload")
+		assert.Equal(t, 1, r.Wave)
+		waitForMigration(prodEU.For(t), ns, "1-26", canary.PhaseCompleted)
+		first := firstMove(prodEU.For(t), ns, "api")
+		assert.False(t, first.Before(done.CompletedAt.Add(soak)), "the second ring's restart (%s) waits for the real completion (%s) and its soak", first, done.CompletedAt)
+	})
+
 	t.Run("moving the default tag in each cluster moves the fleet ring by ring, with the target auto", func(t *testing.T) {
 		const ns = "follow"
 		for _, f := range all {
@@ -303,8 +349,8 @@ func TestAFleetMovesRingByRing(t *testing.T) {
 			}
 		}
 		assert.Equal(t, []string{
-			"staging/staging/follow: Completed 1-26", "staging/staging/hold: Completed 1-26", "staging/staging/shop: Completed 1-26", "staging/staging/trust: Completed 1-27",
-			"prod/prod-eu/follow: Completed 1-26", "prod/prod-eu/hold: Completed 1-26", "prod/prod-eu/shop: Completed 1-26", "prod/prod-eu/trust: Completed 1-27",
+			"staging/staging/follow: Completed 1-26", "staging/staging/forged: Completed 1-26", "staging/staging/hold: Completed 1-26", "staging/staging/shop: Completed 1-26", "staging/staging/trust: Completed 1-27",
+			"prod/prod-eu/follow: Completed 1-26", "prod/prod-eu/forged: Completed 1-26", "prod/prod-eu/hold: Completed 1-26", "prod/prod-eu/shop: Completed 1-26", "prod/prod-eu/trust: Completed 1-27",
 			"prod/prod-us/follow: Completed 1-26", "prod/prod-us/shop: Completed 1-26", "prod/prod-us/trust: Blocked 1-27",
 			"prod/prod-ap: no kubeconfig context of this name",
 		}, got)
