@@ -209,6 +209,9 @@ func ParseConfig(raw []byte) (Config, error) {
 	if hasHTTP {
 		cfg.Gates.Metrics.Prometheus.HTTP = http
 	}
+	if p := &cfg.Gates.Metrics.Prometheus; p.ClusterLabel != "" && p.Cluster == "" {
+		p.Cluster = cfg.Fleet.Cluster
+	}
 	return cfg, cfg.Validate()
 }
 

@@ -11,6 +11,7 @@ import (
 	promapi "github.com/prometheus/client_golang/api"
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	promconfig "github.com/prometheus/common/config"
+	"github.com/prometheus/common/model"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/meshwave/meshwave/analysis"
@@ -87,6 +88,21 @@ type Prometheus struct {
 	// HTTP is Prometheus's own client configuration: TLS, bearer token,
 	// basic auth, proxy.
 	HTTP promconfig.HTTPClientConfig `json:"http"`
+	// ClusterLabel, for a Prometheus that holds the series of several
+	// clusters (one for the fleet, or one that federates each cluster's,
+	// the usual Thanos or federation set-up), is the label that tells
+	// them apart, usually the external label cluster. Every check then
+	// keeps to the series whose ClusterLabel is Cluster: this cluster's
+	// workloads, whichever cluster called them.
+	ClusterLabel string `json:"clusterLabel"`
+	// Cluster is this cluster's value of ClusterLabel; default
+	// fleet.cluster.
+	Cluster string `json:"cluster"`
+}
+
+// clusterMatcher is the matcher every query carries (analysis.QueryParams.Cluster).
+func (p Prometheus) clusterMatcher() string {
+	return analysis.ClusterMatcher(p.ClusterLabel, p.Cluster)
 }
 
 // BuiltinCheck tunes a built-in check.
@@ -222,6 +238,23 @@ func (m MetricGates) validate() []error {
 	}
 	if err := m.Prometheus.HTTP.Validate(); err != nil {
 		bad("gates.metrics.prometheus.http", "the client configuration", "valid: "+err.Error())
+	}
+	if l := m.Prometheus.ClusterLabel; l != "" {
+		if !model.LegacyValidation.IsValidLabelName(l) {
+			bad("gates.metrics.prometheus.clusterLabel", strconv.Quote(l), "a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*)")
+		}
+		if m.Prometheus.Cluster == "" {
+			errs = append(errs, fmt.Errorf("config key gates.metrics.prometheus.cluster: empty, with gates.metrics.prometheus.clusterLabel %q set: name this cluster's value of the label, or set fleet.cluster", l))
+		}
+		for i, c := range m.Checks {
+			for field, text := range map[string]string{"query": c.Query, "requests": c.Requests} {
+				if !analysis.TemplateUses(text, "Cluster") {
+					errs = append(errs, fmt.Errorf("config key gates.metrics.checks[%d].%s: %q does not place {{.Cluster}}, but gates.metrics.prometheus.clusterLabel is set: it would count every cluster's series; put {{.Cluster}} inside each selector's braces", i, field, text))
+				}
+			}
+		}
+	} else if m.Prometheus.Cluster != "" {
+		errs = append(errs, fmt.Errorf("config key gates.metrics.prometheus.cluster: %q is set, but gates.metrics.prometheus.clusterLabel is empty: set the label it is a value of", m.Prometheus.Cluster))
 	}
 	if m.Interval.D() < time.Second {
 		bad("gates.metrics.interval", m.Interval.D(), "a duration of at least 1s")
@@ -449,6 +482,7 @@ func (g Gates) BuildGates(rootNamespace string, deps GateDeps) (func(canary.Wave
 				if err != nil {
 					return nil, fmt.Errorf("config key %s.sequential: %w", c.key, err)
 				}
+				gate.Cluster = m.Prometheus.clusterMatcher()
 				forward = append(forward, gate)
 				continue
 			}
@@ -456,6 +490,7 @@ func (g Gates) BuildGates(rootNamespace string, deps GateDeps) (func(canary.Wave
 			if err != nil {
 				return nil, fmt.Errorf("config key %s: %w", c.key, err)
 			}
+			gate.Cluster = m.Prometheus.clusterMatcher()
 			forward = append(forward, gate)
 		}
 	}

@@ -91,14 +91,30 @@ type QueryParams struct {
 	Offset string
 	// GroupBy is the check's GroupBy label.
 	GroupBy string
+	// Cluster is the matcher that keeps a fleet Prometheus's series to
+	// this cluster's, with its leading comma (`,cluster="prod-eu"`), to
+	// sit inside a selector's braces: destination_workload=~"{{.Workloads}}"{{.Cluster}}.
+	// Empty with a Prometheus of one cluster.
+	Cluster string
+}
+
+// ClusterMatcher is QueryParams.Cluster for a fleet Prometheus whose
+// series carry label (an external label of each cluster's Prometheus, or
+// one that federation or Thanos adds) with value for this cluster; "" when
+// label is empty.
+func ClusterMatcher(label, value string) string {
+	if label == "" {
+		return ""
+	}
+	return "," + label + `="` + promqlString(value) + `"`
 }
 
 // templateFields are QueryParams' fields, the only substitutions a
 // template may hold.
-var templateFields = []string{"Namespace", "Workloads", "Window", "Offset", "GroupBy"}
+var templateFields = []string{"Namespace", "Workloads", "Window", "Offset", "GroupBy", "Cluster"}
 
 // sampleParams render each template once when its gate is built.
-var sampleParams = QueryParams{Namespace: "shop", Workloads: promqlString(regexp.QuoteMeta("api.v1")), Window: "1m", GroupBy: "app"}
+var sampleParams = QueryParams{Namespace: "shop", Workloads: promqlString(regexp.QuoteMeta("api.v1")), Window: "1m", GroupBy: "app", Cluster: ClusterMatcher("cluster", "prod-eu")}
 
 // ParseQueryTemplate parses one of a check's templates and renders it once
 // with sample values, so that a template that cannot render fails when the
@@ -146,6 +162,21 @@ func ParseQueryTemplate(name, text string) (t *template.Template, usesOffset boo
 	return t, plain != offset, nil
 }
 
+// TemplateUses reports whether a template (one ParseQueryTemplate takes)
+// substitutes field.
+func TemplateUses(text, field string) bool {
+	t, err := template.New("").Parse(text)
+	if err != nil || t.Tree == nil {
+		return false
+	}
+	for _, n := range t.Tree.Root.Nodes {
+		if a, ok := n.(*parse.ActionNode); ok && fieldOf(a) == field {
+			return true
+		}
+	}
+	return false
+}
+
 // fieldOf returns the field an action such as {{.Namespace}} substitutes,
 // or "" if it does anything else.
 func fieldOf(n *parse.ActionNode) string {
@@ -183,13 +214,13 @@ func promqlString(s string) string {
 // Built-in checks over Istio's standard metrics, as the proxies on the
 // destination side report them.
 const (
-	requestsByDestination = `sum by (destination_workload) (increase(istio_requests_total{reporter="destination",destination_workload_namespace="{{.Namespace}}",destination_workload=~"{{.Workloads}}"}[{{.Window}}]{{.Offset}}))`
+	requestsByDestination = `sum by (destination_workload) (increase(istio_requests_total{reporter="destination",destination_workload_namespace="{{.Namespace}}",destination_workload=~"{{.Workloads}}"{{.Cluster}}}[{{.Window}}]{{.Offset}}))`
 	// With no 5xx answer at all there is no 5xx series, and a plain ratio
 	// would be an empty vector; "or ... * 0" makes it a zero instead.
-	errorRateQuery     = `(sum by (destination_workload) (rate(istio_requests_total{reporter="destination",destination_workload_namespace="{{.Namespace}}",destination_workload=~"{{.Workloads}}",response_code=~"5.."}[{{.Window}}]{{.Offset}})) or sum by (destination_workload) (rate(istio_requests_total{reporter="destination",destination_workload_namespace="{{.Namespace}}",destination_workload=~"{{.Workloads}}"}[{{.Window}}]{{.Offset}})) * 0) / sum by (destination_workload) (rate(istio_requests_total{reporter="destination",destination_workload_namespace="{{.Namespace}}",destination_workload=~"{{.Workloads}}"}[{{.Window}}]{{.Offset}}))`
-	latencyP99Query    = `histogram_quantile(0.99, sum by (destination_workload, le) (rate(istio_request_duration_milliseconds_bucket{reporter="destination",destination_workload_namespace="{{.Namespace}}",destination_workload=~"{{.Workloads}}"}[{{.Window}}]{{.Offset}})))`
-	requestsBySource   = `sum by (source_workload) (increase(istio_requests_total{reporter="source",source_workload_namespace="{{.Namespace}}",source_workload=~"{{.Workloads}}"}[{{.Window}}]{{.Offset}}))`
-	outboundErrorQuery = `(sum by (source_workload) (rate(istio_requests_total{reporter="source",source_workload_namespace="{{.Namespace}}",source_workload=~"{{.Workloads}}",response_code=~"5.."}[{{.Window}}]{{.Offset}})) or sum by (source_workload) (rate(istio_requests_total{reporter="source",source_workload_namespace="{{.Namespace}}",source_workload=~"{{.Workloads}}"}[{{.Window}}]{{.Offset}})) * 0) / sum by (source_workload) (rate(istio_requests_total{reporter="source",source_workload_namespace="{{.Namespace}}",source_workload=~"{{.Workloads}}"}[{{.Window}}]{{.Offset}}))`
+	errorRateQuery     = `(sum by (destination_workload) (rate(istio_requests_total{reporter="destination",destination_workload_namespace="{{.Namespace}}",destination_workload=~"{{.Workloads}}"{{.Cluster}},response_code=~"5.."}[{{.Window}}]{{.Offset}})) or sum by (destination_workload) (rate(istio_requests_total{reporter="destination",destination_workload_namespace="{{.Namespace}}",destination_workload=~"{{.Workloads}}"{{.Cluster}}}[{{.Window}}]{{.Offset}})) * 0) / sum by (destination_workload) (rate(istio_requests_total{reporter="destination",destination_workload_namespace="{{.Namespace}}",destination_workload=~"{{.Workloads}}"{{.Cluster}}}[{{.Window}}]{{.Offset}}))`
+	latencyP99Query    = `histogram_quantile(0.99, sum by (destination_workload, le) (rate(istio_request_duration_milliseconds_bucket{reporter="destination",destination_workload_namespace="{{.Namespace}}",destination_workload=~"{{.Workloads}}"{{.Cluster}}}[{{.Window}}]{{.Offset}})))`
+	requestsBySource   = `sum by (source_workload) (increase(istio_requests_total{reporter="source",source_workload_namespace="{{.Namespace}}",source_workload=~"{{.Workloads}}"{{.Cluster}}}[{{.Window}}]{{.Offset}}))`
+	outboundErrorQuery = `(sum by (source_workload) (rate(istio_requests_total{reporter="source",source_workload_namespace="{{.Namespace}}",source_workload=~"{{.Workloads}}"{{.Cluster}},response_code=~"5.."}[{{.Window}}]{{.Offset}})) or sum by (source_workload) (rate(istio_requests_total{reporter="source",source_workload_namespace="{{.Namespace}}",source_workload=~"{{.Workloads}}"{{.Cluster}}}[{{.Window}}]{{.Offset}})) * 0) / sum by (source_workload) (rate(istio_requests_total{reporter="source",source_workload_namespace="{{.Namespace}}",source_workload=~"{{.Workloads}}"{{.Cluster}}}[{{.Window}}]{{.Offset}}))`
 )
 
 // The same over ztunnel's L4 series, for a wave into ambient without a
@@ -205,7 +236,7 @@ var (
 // ztunnelSeries is fn over ztunnel's inbound connections counter of kind
 // (opened or failed), per workload.
 func ztunnelSeries(fn, kind string) string {
-	return `sum by (destination_workload) (` + fn + `(istio_tcp_connections_` + kind + `_total{reporter="destination",destination_workload_namespace="{{.Namespace}}",destination_workload=~"{{.Workloads}}"}[{{.Window}}]{{.Offset}}))`
+	return `sum by (destination_workload) (` + fn + `(istio_tcp_connections_` + kind + `_total{reporter="destination",destination_workload_namespace="{{.Namespace}}",destination_workload=~"{{.Workloads}}"{{.Cluster}}}[{{.Window}}]{{.Offset}}))`
 }
 
 // orZero is a, or zero where only b has a series: a counter that never
@@ -265,6 +296,9 @@ type MetricGate struct {
 	Window time.Duration
 	// QueryTimeout bounds one query.
 	QueryTimeout time.Duration
+	// Cluster keeps a fleet Prometheus's series to this cluster's
+	// (QueryParams.Cluster); "" with a Prometheus of one cluster.
+	Cluster string
 
 	query, requests *template.Template
 	// waypoint and ztunnel are the parsed forms, nil without.
@@ -365,7 +399,7 @@ func (g *MetricGate) Query(wave canary.WaveUnderTest, now time.Time) (string, er
 	}
 	sort.Strings(names)
 	names = slices.Compact(names)
-	p := QueryParams{Namespace: wave.Namespace, Workloads: promqlString(strings.Join(names, "|")), Window: model.Duration(g.Window).String(), GroupBy: g.Check.GroupBy}
+	p := QueryParams{Namespace: wave.Namespace, Workloads: promqlString(strings.Join(names, "|")), Window: model.Duration(g.Window).String(), GroupBy: g.Check.GroupBy, Cluster: g.Cluster}
 	query, reqs, baseline := g.query, g.requests, true
 	if wave.Ambient {
 		form := g.formOf(wave)

@@ -170,7 +170,7 @@ func TestAMetricGateRefusesWhatWouldMeasureTheWrongThing(t *testing.T) {
 		{"a window PromQL cannot write", ErrorRateCheck(0.05, 1, 50), 2 * time.Second, 1500*time.Millisecond + 500*time.Microsecond, time.Second,
 			"check error-rate: a window of 1.5005s is not a whole number of milliseconds, as PromQL writes durations"},
 		{"a template naming a field that does not exist", mine(`sum by (app) (rate(x{ns="{{.Nmespace}}"}[{{.Window}}]))`), time.Minute, time.Minute, time.Second,
-			"check mine: query: {{.Nmespace}} is not one of the fields {{.Namespace}}, {{.Workloads}}, {{.Window}}, {{.Offset}}, {{.GroupBy}}"},
+			"check mine: query: {{.Nmespace}} is not one of the fields {{.Namespace}}, {{.Workloads}}, {{.Window}}, {{.Offset}}, {{.GroupBy}}, {{.Cluster}}"},
 		{"a tolerance without a baseline", Check{Name: "mine", Query: `sum by (app) (rate(x[{{ .Window }}]))`, Requests: `x`, GroupBy: "app", Threshold: 1, Tolerance: 0.5}, time.Minute, time.Minute, time.Second,
 			"check mine: a tolerance needs a baseline, so the query must place {{.Offset}} after its range selectors"},
 		{"a threshold that is not a number", nan, time.Minute, time.Minute, time.Second,
@@ -193,13 +193,13 @@ func TestAMetricGateRefusesWhatWouldMeasureTheWrongThing(t *testing.T) {
 func TestATemplateHoldsOnlyFieldSubstitutions(t *testing.T) {
 	tests := []struct{ name, text, err string }{
 		{"a loop, which would run at every check", `x{{range 1000000000}}y{{end}}`,
-			"{{range 1000000000}}y{{end}} is not a substitution of a field: a PromQL template holds only {{.Namespace}}, {{.Workloads}}, {{.Window}}, {{.Offset}}, {{.GroupBy}}"},
+			"{{range 1000000000}}y{{end}} is not a substitution of a field: a PromQL template holds only {{.Namespace}}, {{.Workloads}}, {{.Window}}, {{.Offset}}, {{.GroupBy}}, {{.Cluster}}"},
 		{"a function, which could build a query of any size", `{{printf "%0999999999d" 1}}`,
-			`{{printf "%0999999999d" 1}} is not a substitution of a field: a PromQL template holds only {{.Namespace}}, {{.Workloads}}, {{.Window}}, {{.Offset}}, {{.GroupBy}}`},
+			`{{printf "%0999999999d" 1}} is not a substitution of a field: a PromQL template holds only {{.Namespace}}, {{.Workloads}}, {{.Window}}, {{.Offset}}, {{.GroupBy}}, {{.Cluster}}`},
 		{"a pipeline", `{{.Namespace | printf "%s"}}`,
-			`{{.Namespace | printf "%s"}} is not a substitution of a field: a PromQL template holds only {{.Namespace}}, {{.Workloads}}, {{.Window}}, {{.Offset}}, {{.GroupBy}}`},
+			`{{.Namespace | printf "%s"}} is not a substitution of a field: a PromQL template holds only {{.Namespace}}, {{.Workloads}}, {{.Window}}, {{.Offset}}, {{.GroupBy}}, {{.Cluster}}`},
 		{"a sub-template, which could call itself", `{{define "a"}}{{template "a"}}{{end}}{{template "a"}}`, "a PromQL template may not define templates"},
-		{"a field that does not exist", `x{ns="{{.Nmespace}}"}`, "{{.Nmespace}} is not one of the fields {{.Namespace}}, {{.Workloads}}, {{.Window}}, {{.Offset}}, {{.GroupBy}}"},
+		{"a field that does not exist", `x{ns="{{.Nmespace}}"}`, "{{.Nmespace}} is not one of the fields {{.Namespace}}, {{.Workloads}}, {{.Window}}, {{.Offset}}, {{.GroupBy}}, {{.Cluster}}"},
 		{"nothing", " \n", "the template is empty"},
 		{"a syntax error", `{{.Namespace`, `template: q:1: unclosed action`},
 	}

@@ -53,6 +53,9 @@ type SequentialGate struct {
 	MaxDuration time.Duration
 	// QueryTimeout bounds one query.
 	QueryTimeout time.Duration
+	// Cluster keeps a fleet Prometheus's series to this cluster's
+	// (QueryParams.Cluster); "" with a Prometheus of one cluster.
+	Cluster string
 }
 
 // NewSequentialGate validates the settings.
@@ -121,7 +124,7 @@ func (g *SequentialGate) Evaluate(ctx context.Context, wave canary.WaveUnderTest
 // (a pod, a stat evicted, one of two scrape jobs) never reads as a
 // counter reset of a sum.
 func (g *SequentialGate) Query(wave canary.WaveUnderTest) string {
-	return g.Measure.query(fmt.Sprintf(`reporter="destination",destination_workload_namespace="%s"`, promqlString(wave.Namespace)))
+	return g.Measure.query(fmt.Sprintf(`reporter="destination",destination_workload_namespace="%s"%s`, promqlString(wave.Namespace), g.Cluster))
 }
 
 // MaxRangePoints is the most steps a range query may have: Prometheus refuses

@@ -1,0 +1,68 @@
+package analysis
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// selectors are the label matchers of every vector selector in a query.
+var selectors = regexp.MustCompile(`\{[^{}]*\}`)
+
+// With a fleet Prometheus, every selector of every built-in check, in
+// every form (sidecars, through a waypoint, ztunnel's L4 series), keeps
+// to this cluster's series; with a Prometheus of one cluster, none
+// carries the label.
+func TestEveryBuiltInSelectorKeepsToThisClustersSeries(t *testing.T) {
+	for _, c := range []Check{ErrorRateCheck(0.05, 1, 50), LatencyP99Check(1000, 0.5, 50), OutboundErrorRateCheck(0.05, 1, 20)} {
+		for _, cluster := range []string{ClusterMatcher("cluster", `prod-"eu"`), ""} {
+			texts := []string{c.Query, c.Requests}
+			for _, f := range []*CheckForm{c.Waypoint, c.Ztunnel} {
+				if f != nil {
+					texts = append(texts, f.Query, f.Requests)
+				}
+			}
+			for _, text := range texts {
+				tmpl, _, err := ParseQueryTemplate(c.Name, text)
+				require.NoError(t, err)
+				p := sampleParams
+				p.Cluster = cluster
+				q, err := render(tmpl, p)
+				require.NoError(t, err)
+				sels := selectors.FindAllString(q, -1)
+				require.NotEmpty(t, sels, q)
+				for _, sel := range sels {
+					if cluster == "" {
+						assert.NotContains(t, sel, "cluster=", "%s: %s", c.Name, q)
+					} else {
+						assert.Contains(t, sel, `",cluster="prod-\"eu\""`, "%s: selector %s of %s", c.Name, sel, q)
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestTheGatesRenderTheirClusterMatcher(t *testing.T) {
+	g, err := NewMetricGate(ErrorRateCheck(0.05, 1, 50), &fakeProm{}, time.Minute, time.Second, time.Minute, 0)
+	require.NoError(t, err)
+	g.Cluster = ClusterMatcher("cluster", "prod-eu")
+	q, err := g.Query(wave(member("web", pod("w", "1-26"))), t0.Add(2*time.Minute))
+	require.NoError(t, err)
+	assert.Equal(t, 3+1+3, strings.Count(q, `,cluster="prod-eu"`), "value and baseline, each of three selectors, and the requests: %s", q)
+
+	s := newSequentialGate(t, nil)
+	s.Cluster = ClusterMatcher("cluster", "prod-eu")
+	assert.Equal(t, `istio_requests_total{reporter="destination",destination_workload_namespace="shop",cluster="prod-eu"}`, s.Query(wave(member("web", pod("w", "1-26")))))
+}
+
+func TestATemplateSaysWhetherItPlacesAField(t *testing.T) {
+	assert.True(t, TemplateUses(`x{a="{{.Namespace}}"{{.Cluster}}}`, "Cluster"))
+	assert.True(t, TemplateUses(`x{a="b"{{ .Cluster }}}`, "Cluster"))
+	assert.False(t, TemplateUses(`x{a="{{.Namespace}}"}`, "Cluster"))
+	assert.False(t, TemplateUses(`{{`, "Cluster"))
+}
