@@ -19,7 +19,7 @@ func Admit(self Peer, peers []Peer, concurrency int) (bool, string) {
 			active = append(active, p.Name)
 			continue
 		}
-		if (p.Phase == PhasePending || p.Phase == "") && (p.Priority < self.Priority || (p.Priority == self.Priority && p.Name < self.Name)) {
+		if (p.Phase == PhasePending || p.Phase == "") && !p.WaitsForRing && (p.Priority < self.Priority || (p.Priority == self.Priority && p.Name < self.Name)) {
 			ahead = append(ahead, fmt.Sprintf("%s (priority %d)", p.Name, p.Priority))
 		}
 	}
@@ -62,7 +62,8 @@ func PeerOf(name string, annotations map[string]string, resolve func(string) (st
 		return Peer{}, false
 	}
 	r := readPeer(Namespace{Name: name, Annotations: annotations}, st, err, resolve, workloads)
-	p := Peer{Name: name, Priority: r.Settings.Priority, Phase: r.Status.Phase, HoldsSlot: r.Status.HoldsSlot()}
+	p := Peer{Name: name, Priority: r.Settings.Priority, Phase: r.Status.Phase, HoldsSlot: r.Status.HoldsSlot(),
+		WaitsForRing: st != nil && st.WaitsForRing && r.Status.Phase == PhasePending}
 	if r.Adopted() && r.Recorded != nil {
 		// Its phase is what its status says until its decision writes the
 		// status rebuilt from the records.

@@ -15,9 +15,14 @@ const TargetAuto = "auto"
 // the mesh's default moved, and that is the signal to move again. A
 // migration that was rolled back, stopped or is being undone keeps its
 // revision, as one to a named tag does: a failure waits for a person.
+//
+// A completed move into ambient that enrolled the namespace does not
+// follow either: its pods run no sidecar to move, and its new revision
+// reaches them through ztunnel and the waypoint, which are upgraded on
+// their own.
 func followsAuto(st *Status, settings NamespaceSettings) bool {
 	return settings.Target == TargetAuto && st != nil && st.Target == TargetAuto &&
-		st.unblockedPhase() == PhaseCompleted && settings.Rollback == RollbackNone
+		st.unblockedPhase() == PhaseCompleted && settings.Rollback == RollbackNone && !st.NamespaceEnrolled
 }
 
 // label is the istio.io/rev value the migration writes on the namespace:

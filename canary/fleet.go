@@ -241,6 +241,7 @@ func waitForFleet(m *machine, what string, first bool) bool {
 		return false
 	}
 	st := m.st
+	st.WaitsForRing = first
 	st.Reason = fmt.Sprintf("%s waits: %s", what, why)
 	if prev := m.r.Recorded; prev == nil || waitedFor(prev.Reason) != waitedFor(st.Reason) {
 		m.event("", EventNormal, "WaitingForRing", st.Reason)

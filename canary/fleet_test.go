@@ -25,7 +25,7 @@ func fleetSim(t *testing.T, staging PeerCluster) *sim {
 }
 
 func peerStatus(phase Phase, target string, completedAt time.Time) PeerNamespace {
-	st := &Status{Phase: phase, Target: target, TargetRevision: target, Wave: 2, TotalWaves: 2}
+	st := &Status{Phase: phase, Target: target, TargetRevision: target, Wave: 2, TotalWaves: 2, Roots: []string{rootA}}
 	if phase == PhaseCompleted {
 		st.CompletedAt = &completedAt
 	}
@@ -43,7 +43,7 @@ func TestTheFirstWaveWaitsForTheRingBeforeToCompleteAndSoak(t *testing.T) {
 	}{
 		{"a cluster of the ring before that cannot be read", PeerCluster{Err: "Get \"https://staging:6443/api/v1/namespaces\": dial tcp: connection refused"},
 			"the first wave of 2 waits: cluster staging of ring staging cannot be read: Get \"https://staging:6443/api/v1/namespaces\": dial tcp: connection refused; missing data never advances a ring", backstop},
-		{"its namespace still migrating", staged(map[string]PeerNamespace{"shop": {OptedIn: true, Status: &Status{Phase: PhaseMigrating, TargetRevision: "1-26", Wave: 1, TotalWaves: 2}}}),
+		{"its namespace still migrating", staged(map[string]PeerNamespace{"shop": {OptedIn: true, Status: &Status{Phase: PhaseMigrating, TargetRevision: "1-26", Wave: 1, TotalWaves: 2, Roots: []string{rootA}}}}),
 			"the first wave of 2 waits: waiting for namespace shop in cluster staging (ring staging) to complete the move to 1-26: it is Migrating, wave 1/2", backstop},
 		{"its namespace opted in, not started", staged(map[string]PeerNamespace{"shop": {OptedIn: true}}),
 			"the first wave of 2 waits: waiting for namespace shop in cluster staging (ring staging) to complete the move to 1-26: it has not started", backstop},
@@ -53,7 +53,7 @@ func TestTheFirstWaveWaitsForTheRingBeforeToCompleteAndSoak(t *testing.T) {
 			"the first wave of 2 waits: waiting for namespace shop in cluster staging (ring staging) to complete the move to 1-26: its migration to 1-27 is Completed", backstop},
 		{"completed four minutes ago, of a soak of ten", staged(map[string]PeerNamespace{"shop": peerStatus(PhaseCompleted, "1-26", t0.Add(-4*time.Minute))}),
 			"the first wave of 2 waits: ring staging soaks: namespace shop in cluster staging (ring staging) completed the move to 1-26, and must stay completed 6m0s more", 6 * time.Minute},
-		{"paused there", staged(map[string]PeerNamespace{"shop": {OptedIn: true, Status: &Status{Phase: PhasePaused, TargetRevision: "1-26", Wave: 1, TotalWaves: 2, Reason: "wave 1 failed: error-rate 0.31 > 0.05"}}}),
+		{"paused there", staged(map[string]PeerNamespace{"shop": {OptedIn: true, Status: &Status{Phase: PhasePaused, TargetRevision: "1-26", Wave: 1, TotalWaves: 2, Roots: []string{rootA}, Reason: "wave 1 failed: error-rate 0.31 > 0.05"}}}),
 			"the first wave of 2 waits: held by namespace shop in cluster staging (ring staging), Paused at wave 1: wave 1 failed: error-rate 0.31 > 0.05; every later ring waits until a person resumes it or it completes", backstop},
 		{"its status there unreadable", staged(map[string]PeerNamespace{"shop": {OptedIn: true, StatusErr: "invalid character 'x'"}}),
 			"the first wave of 2 waits: held by namespace shop in cluster staging (ring staging): its status cannot be read (invalid character 'x')", backstop},
@@ -93,7 +93,7 @@ func TestANamespaceTheRingBeforeDoesNotHaveWaitsForNothing(t *testing.T) {
 	assert.Equal(t, PhaseMigrating, d.Status.Phase, d.Status.Reason)
 
 	// With the whole ring awaited, staging's other namespace holds it.
-	s = fleetSim(t, staged(map[string]PeerNamespace{"other": {OptedIn: true, Status: &Status{Phase: PhaseMigrating, TargetRevision: "1-26", Wave: 1, TotalWaves: 3}}}))
+	s = fleetSim(t, staged(map[string]PeerNamespace{"other": {OptedIn: true, Status: &Status{Phase: PhaseMigrating, TargetRevision: "1-26", Wave: 1, TotalWaves: 3, Roots: []string{rootA}}}}))
 	s.cfg.Fleet.WholeRing = true
 	d = s.decide(nil)
 	assert.Equal(t, "the first wave of 2 waits: waiting for namespace other in cluster staging (ring staging) to complete the move to 1-26: it is Migrating, wave 1/3", d.Status.Reason)
@@ -117,7 +117,7 @@ func TestARollbackInAnEarlierRingHoldsTheNextWaveOfALaterOne(t *testing.T) {
 	require.Equal(t, PhaseMigrating, d.Status.Phase, d.Status.Reason)
 	s.rollOut("1-26", "a")
 	s.decide(s.gates())
-	s.snap.Clusters["staging"] = staged(map[string]PeerNamespace{"shop": {OptedIn: true, Status: &Status{Phase: PhaseRollingBack, TargetRevision: "1-26", Wave: 2, Reason: "rollback asked with meshwave.io/rollback=all"}}})
+	s.snap.Clusters["staging"] = staged(map[string]PeerNamespace{"shop": {OptedIn: true, Status: &Status{Phase: PhaseRollingBack, TargetRevision: "1-26", Wave: 2, Roots: []string{rootA}, Reason: "rollback asked with meshwave.io/rollback=all"}}})
 	s.now = s.now.Add(2 * time.Minute)
 	d = s.decide(nil)
 	require.NotNil(t, d.Status)

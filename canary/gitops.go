@@ -233,8 +233,14 @@ func gitopsWarnings(m *machine, plan NamespacePlan) []string {
 	var out []string
 	ns := m.snap().Namespace
 	if o, ok := OwnerOf(ns.Labels, ns.Annotations); ok {
-		out = append(out, fmt.Sprintf("namespace %s is applied by %s: if its %s label is in git, a sync switches it back to %s after meshwave switches it. Hand the label over: set %s=%s in git and let meshwave run the waves, or %s",
-			ns.Name, o, LabelRev, ns.Labels[LabelRev], LabelRev, m.st.label(), handOver(o, true, "/metadata/labels/istio.io~1rev")))
+		hand := fmt.Sprintf("set %s=%s in git and let meshwave run the waves, or %s", LabelRev, m.st.label(), handOver(o, true, "/metadata/labels/istio.io~1rev"))
+		if m.st.Target == TargetAuto {
+			// The revision auto names today is the one the next move of
+			// the tag takes the namespace off: git must not pin it.
+			hand = handOver(o, true, "/metadata/labels/istio.io~1rev") + " (the target auto moves it again each time the mesh's default moves)"
+		}
+		out = append(out, fmt.Sprintf("namespace %s is applied by %s: if its %s label is in git, a sync switches it back to %s after meshwave switches it. Hand the label over: %s",
+			ns.Name, o, LabelRev, ns.Labels[LabelRev], hand))
 	}
 	inPlan := map[string]bool{}
 	for _, w := range plan.Waves {
@@ -398,6 +404,9 @@ func labelReverted(m *machine) bool {
 	}
 	who := ownerOrSomeone(o, owned2)
 	hand := fmt.Sprintf("hand the label over: set %s=%s in git and let meshwave run the waves, or %s", LabelRev, owned, handOver(o, owned2, "/metadata/labels/istio.io~1rev"))
+	if m.st.Target == TargetAuto {
+		hand = "hand the label over: " + handOver(o, owned2, "/metadata/labels/istio.io~1rev") + " (the target auto moves it again each time the mesh's default moves)"
+	}
 	m.out.Reverts = append(m.out.Reverts, RevertSeen{Kind: RevertLabel, Owner: o.ID()})
 	if r.Count < labelRevertLimit {
 		msg := fmt.Sprintf("namespace %s carries %s while meshwave owns its label at %s; it is applied by %s. Put back to %s (%d of %d times before meshwave stops and pauses); %s",

@@ -217,6 +217,15 @@ func (r *Reading) keptOrNew(resolve func(string) (string, bool)) (st *Status, st
 			r.Retargeted, staleOf = false, st.MigrationID()
 		}
 	}
+	if followsAuto(st, settings) {
+		if newRev, ok := resolve(settings.Target); ok && newRev != st.TargetRevision && r.newerOnRecord(newRev, st) {
+			// A completed status older than the migration its target
+			// followed since (a stale copy restored over it): that
+			// migration's records are what to go by, a rollback on record
+			// included, as if the status were lost.
+			staleOf, st = st.MigrationID(), nil
+		}
+	}
 	r.Standing = StandingKept
 	if st != nil && st.serves(settings) && !r.Retargeted {
 		if why := unfoundedCompletion(r.records, st, r.Snapshot.Namespace.Labels); why != "" {

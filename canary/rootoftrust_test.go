@@ -126,3 +126,15 @@ func TestAStatusWithAMalformedRootIsRefused(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `roots[0]`)
 }
+
+// A namespace of the ring before that moved under the same revision but
+// publishes no roots (its agent predates the comparison) holds the
+// comparison rather than pass it.
+func TestAReferenceThatPublishesNoRootsHoldsTheComparison(t *testing.T) {
+	s := fleetSim(t, completedWithRoots())
+	d := s.decide(nil)
+	require.NotNil(t, d.Status)
+	assert.Equal(t, PhaseBlocked, d.Status.Phase)
+	assert.Equal(t, "precheck failed: the root of trust of revision 1-26 cannot be compared with namespace shop in cluster staging (ring staging): its status publishes no roots (its agent predates the comparison)", d.Status.Reason)
+	assert.Empty(t, d.Moves)
+}

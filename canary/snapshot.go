@@ -206,6 +206,9 @@ type Peer struct {
 	Phase    Phase
 	// HoldsSlot is true while it counts against the concurrency limit.
 	HoldsSlot bool
+	// WaitsForRing is true while it waits for the ring before its own: it
+	// is no one's turn ahead.
+	WaitsForRing bool
 }
 
 // sidecarStatus is the part of Istio's sidecar.istio.io/status meshwave reads.

@@ -12,6 +12,7 @@ import (
 // one.
 func pending(m *machine) step {
 	st := m.st
+	st.WaitsForRing = false // set again below while it waits
 	if m.settings.Rollback != RollbackNone && m.r.Continuation == nil {
 		// A migration on record this one continues takes the request
 		// once it is continued.
@@ -152,7 +153,6 @@ func precheck(m *machine) (reason string, retry bool, source Source) {
 	if why, _ := downgrade(m, source.Revision); why != "" {
 		return why, false, Source{}
 	}
-	publishRoots(m)
 	if why := rootOfTrustProblem(m); why != "" {
 		return why, true, Source{}
 	}

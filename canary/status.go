@@ -276,6 +276,10 @@ type Status struct {
 	// published before the first wave for the fleet's other clusters to
 	// compare (rootoftrust.go); only in a fleet.
 	Roots []string `json:"roots,omitempty"`
+	// WaitsForRing is set while a migration waits before its first wave
+	// for the ring before its own (fleet.go): it takes no turn from the
+	// namespaces of its cluster that may start.
+	WaitsForRing bool `json:"waitsForRing,omitempty"`
 
 	StartedAt     *time.Time `json:"startedAt,omitempty"`
 	WaveStartedAt *time.Time `json:"waveStartedAt,omitempty"`
@@ -411,6 +415,9 @@ func validateNames(s *Status, v *statusErrors) {
 	noTarget := s.Target == "" && s.Wave == 0 && (s.Phase == PhaseBlocked && s.BlockedKind == BlockedInvalidInput || s.Phase == PhaseStopped)
 	if !noTarget && (s.Target == "" || len(validation.IsValidLabelValue(s.Target)) > 0) {
 		v.bad("target", fmt.Sprintf("%q", s.Target), "a revision or tag name")
+	}
+	if s.WaitsForRing && s.Phase != PhasePending {
+		v.bad("waitsForRing", true, "set only on a Pending status")
 	}
 	if len(s.Roots) > maxRoots {
 		v.bad("roots", fmt.Sprintf("(%d entries)", len(s.Roots)), fmt.Sprintf("at most %d entries", maxRoots))

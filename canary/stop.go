@@ -20,12 +20,14 @@ func stop(m *machine) {
 		// The target of a finished migration was just removed: the next
 		// opt-in starts again (a retry after a rollback).
 		st.Phase = PhaseStopped
+		st.WaitsForRing = false
 		st.Reason = fmt.Sprintf("%s was removed after the migration ended %s: %s", AnnotationTargetRevision, prev.Phase, prev.Reason)
 		m.event("", EventNormal, "Stopped", st.Reason)
 		m.out.Status = st
 		return
 	}
 	st.Phase = PhaseStopped
+	st.WaitsForRing = false
 	st.BlockedPhase = ""
 	// No wave waits any more, for its delay or its window.
 	st.NextWaveAt, st.NextWindow = nil, nil

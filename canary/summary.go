@@ -13,6 +13,10 @@ func summarize(m *machine) {
 	}
 	releaseWaypoint(m)
 	replacedPolicies(m)
+	publishRoots(m)
+	if st.Phase != PhasePending {
+		st.WaitsForRing = false
+	}
 	p := m.plan()
 	st.Counts, st.Kinds = count(m, p)
 	st.Skipped = p.Excluded
