@@ -209,10 +209,16 @@ func ParseConfig(raw []byte) (Config, error) {
 	if hasHTTP {
 		cfg.Gates.Metrics.Prometheus.HTTP = http
 	}
-	if p := &cfg.Gates.Metrics.Prometheus; p.ClusterLabel != "" && p.Cluster == "" {
-		p.Cluster = cfg.Fleet.Cluster
-	}
+	cfg.applyFleetDefaults()
 	return cfg, cfg.Validate()
+}
+
+// applyFleetDefaults fills the settings whose default is the fleet's:
+// a fleet Prometheus's value of its cluster label is fleet.cluster.
+func (c *Config) applyFleetDefaults() {
+	if p := &c.Gates.Metrics.Prometheus; p.ClusterLabel != "" && p.Cluster == "" {
+		p.Cluster = c.Fleet.Cluster
+	}
 }
 
 var (

@@ -111,6 +111,7 @@ type Controller struct {
 
 // New builds a controller and registers its event handlers.
 func New(opts Options) (*Controller, error) {
+	opts.Config.applyFleetDefaults()
 	if err := opts.Config.Validate(); err != nil {
 		return nil, err
 	}
@@ -175,6 +176,9 @@ func New(opts Options) (*Controller, error) {
 		c.metrics.state.progress = &c.progress
 		c.metrics.state.windows = c.decisions.MaintenanceWindows
 		opts.Registerer.MustRegister(NewHoldersCollector(c.caches, opts.Config.RootNamespace, c.decisions))
+		if c.fleet != nil {
+			opts.Registerer.MustRegister(c.fleet)
+		}
 	}
 	c.tracer = NewTracer(opts.TracerProvider)
 	if c.recorder == nil {

@@ -184,6 +184,8 @@ var (
 		"1 while the namespace's maintenance windows (the configured ones, narrowed by meshwave.io/maintenance-window) are open; always 1 without windows.", []string{"namespace"}, nil)
 	nextWindowDesc = prometheus.NewDesc("meshwave_namespace_next_window_timestamp_seconds",
 		"When the maintenance window the namespace's next wave waits for opens, in Unix seconds; only while one waits.", []string{"namespace"}, nil)
+	ringWaitDesc = prometheus.NewDesc("meshwave_namespace_waits_for_ring",
+		"1 while the namespace's first wave waits for the ring before its own cluster's to complete the same move and soak (fleets).", []string{"namespace"}, nil)
 	resultDesc = prometheus.NewDesc("meshwave_analysis_result",
 		"The check's last result: one series per result, 1 for the current one.", []string{"namespace", "check", "result"}, nil)
 )
@@ -199,7 +201,7 @@ type stateCollector struct {
 }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{phaseDesc, infoDesc, waveDesc, wavesDesc, workloadsDesc, pausedDesc, waveAgeDesc, blockedDesc, windowOpenDesc, nextWindowDesc, valueDesc, thresholdDesc, baselineDesc, evidenceDesc, evidenceBoundDesc, resultDesc} {
+	for _, d := range []*prometheus.Desc{phaseDesc, infoDesc, waveDesc, wavesDesc, workloadsDesc, pausedDesc, waveAgeDesc, blockedDesc, windowOpenDesc, nextWindowDesc, ringWaitDesc, valueDesc, thresholdDesc, baselineDesc, evidenceDesc, evidenceBoundDesc, resultDesc} {
 		ch <- d
 	}
 }
@@ -281,6 +283,7 @@ func namespaceMetrics(n string, st *canary.Status, now time.Time) []prometheus.M
 	if st.NextWindow != nil {
 		gauge(nextWindowDesc, float64(st.NextWindow.Unix()), n)
 	}
+	gauge(ringWaitDesc, b2f(st.WaitsForRing), n)
 	blocked := st.Phase == canary.PhaseBlocked
 	gauge(blockedDesc, b2f(blocked && st.BlockedKind == canary.BlockedInvalidInput), n, "invalid_input")
 	gauge(blockedDesc, b2f(blocked && st.BlockedKind == canary.BlockedPrecheck), n, "precheck")

@@ -34,6 +34,10 @@ type Target struct {
 	Job  string
 	Addr string // host:port
 	Path string // default /metrics
+	// Labels are set on every series scraped from the target, as a
+	// fleet's Prometheus labels each cluster's (an external label of the
+	// cluster's own Prometheus, under federation or Thanos).
+	Labels map[string]string
 }
 
 // Options configure a Server.
@@ -134,7 +138,8 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 
 func (s *Server) writeConfig() error {
 	type staticConfig struct {
-		Targets []string `json:"targets"`
+		Targets []string          `json:"targets"`
+		Labels  map[string]string `json:"labels,omitempty"`
 	}
 	type scrapeConfig struct {
 		JobName       string         `json:"job_name"`
@@ -151,11 +156,15 @@ func (s *Server) writeConfig() error {
 	index := map[string]int{}
 	for _, t := range s.opts.Targets {
 		if i, ok := index[t.Job]; ok {
+			if len(t.Labels) > 0 {
+				jobs[i].StaticConfigs = append(jobs[i].StaticConfigs, staticConfig{Targets: []string{t.Addr}, Labels: t.Labels})
+				continue
+			}
 			jobs[i].StaticConfigs[0].Targets = append(jobs[i].StaticConfigs[0].Targets, t.Addr)
 			continue
 		}
 		index[t.Job] = len(jobs)
-		jobs = append(jobs, scrapeConfig{JobName: t.Job, MetricsPath: t.Path, StaticConfigs: []staticConfig{{Targets: []string{t.Addr}}}})
+		jobs = append(jobs, scrapeConfig{JobName: t.Job, MetricsPath: t.Path, StaticConfigs: []staticConfig{{Targets: []string{t.Addr}, Labels: t.Labels}}})
 	}
 	cfg["scrape_configs"] = jobs
 	if len(s.opts.RuleFiles) > 0 {

@@ -6,13 +6,20 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,8 +35,10 @@ import (
 
 	"github.com/meshwave/meshwave/agent"
 	"github.com/meshwave/meshwave/canary"
+	"github.com/meshwave/meshwave/e2e/checkout"
 	"github.com/meshwave/meshwave/e2e/fixture"
 	"github.com/meshwave/meshwave/e2e/mesh"
+	"github.com/meshwave/meshwave/e2e/prom"
 	"github.com/meshwave/meshwave/e2e/world"
 )
 
@@ -112,13 +121,17 @@ func TestAFleetMovesRingByRing(t *testing.T) {
 		}
 	})
 
-	for _, c := range clusters {
-		cfg := testConfig(c.f)
-		cfg.Fleet = agent.FleetConfig{Cluster: c.name, Rings: rings, Await: "namespace"}
+	fleetConfig := func(f *fixture.Fixture, name string) agent.Config {
+		cfg := testConfig(f)
+		cfg.Fleet = agent.FleetConfig{Cluster: name, Rings: rings, Await: "namespace"}
 		// One replica a cluster: it goes on through its own apiserver's
 		// outage, which would cost a replica its lease and its run.
 		cfg.LeaderElection.Enabled = false
-		startAgent(t, c.f, cfg, newAPICounter(), "agent-"+c.name)
+		return cfg
+	}
+	agents := map[string]*runningAgent{}
+	for _, c := range clusters {
+		agents[c.name] = startAgent(t, c.f, fleetConfig(c.f, c.name), newAPICounter(), "agent-"+c.name)
 	}
 
 	t.Run("the second ring starts after the first completed and soaked, and waits while the first cannot be read", func(t *testing.T) {
@@ -355,6 +368,114 @@ func TestAFleetMovesRingByRing(t *testing.T) {
 			"prod/prod-ap: no kubeconfig context of this name",
 		}, got)
 	})
+
+	t.Run("one Prometheus for the fleet: each cluster's checks keep to its own series, and the dashboard's fleet row shows the rings", func(t *testing.T) {
+		const ns = "checked"
+		// Each cluster's agent serves its metrics; one Prometheus scrapes
+		// them and each cluster's proxies, whose series it labels with
+		// their cluster as an external label would.
+		var targets []prom.Target
+		served := map[string]*lazyHandler{}
+		for _, c := range clusters {
+			h := &lazyHandler{}
+			srv := httptest.NewServer(h)
+			t.Cleanup(srv.Close)
+			served[c.name] = h
+			targets = append(targets, prom.Target{Job: "meshwave", Addr: strings.TrimPrefix(srv.URL, "http://")},
+				prom.Target{Job: world.MeshJob, Addr: c.f.World.Mesh.Traffic().Addr(), Labels: map[string]string{"cluster": c.name}})
+		}
+		fleetProm, err := prom.Start(staging.Ctx, prom.Options{Targets: targets})
+		require.NoError(t, err)
+		t.Cleanup(fleetProm.Close)
+
+		// The agents start again with the metric checks on, through it.
+		for _, c := range clusters {
+			agents[c.name].Kill()
+			cfg := fleetConfig(c.f, c.name)
+			m := &cfg.Gates.Metrics
+			m.Prometheus.URL, m.Prometheus.ClusterLabel = fleetProm.URL, "cluster"
+			m.Window, m.BakeTime, m.Interval = agent.Duration(10*time.Second), agent.Duration(10*time.Second), agent.Duration(2*time.Second)
+			m.RequiredPasses, m.QueryTimeout = 2, agent.Duration(3*time.Second)
+			reg := prometheus.NewRegistry()
+			a := startAgentWithOptions(t, c.f, cfg, newAPICounter(), "agent-"+c.name+"-checked", func(o *agent.Options) { o.Registerer = reg })
+			served[c.name].set(a.Controller.Handler(reg))
+		}
+		begin := time.Now()
+
+		// The same namespace and workload in every cluster; prod-us's
+		// answers 5xx on 1-26.
+		for _, f := range all {
+			f.For(t).Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, nil).Deployment(ns, "api").RolledOut(ns)
+		}
+		prodUS.World.Mesh.Traffic().SetBehavior(mesh.WorkloadRef{Namespace: ns, Name: "api"}, "1-26", mesh.Behavior{ErrorRatio: 0.5, LatencyMs: 40})
+		require.NoError(t, fleetProm.WaitForQuery(staging.Ctx, fmt.Sprintf(`sum by (cluster) (increase(istio_requests_total{reporter="destination",destination_workload_namespace=%q}[10s])) > 50`, ns), 3, time.Minute))
+		for _, f := range secondRing {
+			optIn(f.For(t), ns, "1-26", 10)
+		}
+		optIn(staging.For(t), ns, "1-26", 10)
+
+		done := waitForMigration(staging.For(t), ns, "1-26", canary.PhaseCompleted)
+		assert.Equal(t, "moved 1 workloads to 1-26 in 1 waves", done.Reason)
+		eu := waitForMigration(prodEU.For(t), ns, "1-26", canary.PhaseCompleted)
+		v, ok := verdictOf(eu, "error-rate")
+		require.True(t, ok, "prod-eu's wave was checked: %+v", eu.Verdicts)
+		assert.Equal(t, canary.ResultPass, v.Result, "prod-eu counts its own api's answers, not prod-us's of the same name: %s", v.Reason)
+		us := waitForMigration(prodUS.For(t), ns, "1-26", canary.PhaseRolledBack)
+		assert.Contains(t, us.Reason, "error-rate", us.Reason)
+		prodUS.For(t).Then().PodsOnRevision(ns, "api", "1-25")
+		prodEU.For(t).Then().PodsOnRevision(ns, "api", "1-26")
+
+		// The dashboard's fleet row, over what the Prometheus holds.
+		time.Sleep(2 * time.Second) // the last states scraped
+		end := time.Now()
+		path, err := checkout.Path("charts", "meshwave", "files", "dashboard.json")
+		require.NoError(t, err)
+		raw, err := os.ReadFile(path)
+		require.NoError(t, err)
+		vars := map[string]string{"namespace": ".*", "__interval": "1s", "__rate_interval": "4s", "__range": model.Duration(end.Sub(begin).Round(time.Second)).String()}
+		var fleetPanels []string
+		for _, tg := range dashboardTargets(t, string(raw)) {
+			if tg.Row != "Fleet" {
+				continue
+			}
+			fleetPanels = append(fleetPanels, tg.Panel)
+			expr, err := grafanaExpr(tg.Expr, vars)
+			require.NoError(t, err, tg.Panel)
+			expr = strings.TrimSuffix(expr, " or vector(0)") // the query itself must find data
+			v, _, _, err := fleetProm.API.QueryRange(staging.Ctx, expr, promv1.Range{Start: begin, End: end, Step: time.Second})
+			require.NoError(t, err, tg.Panel)
+			n, largest := seriesWithData(v)
+			t.Logf("%-44s %d series, largest %g: %s", tg.Panel, n, largest, tg.Expr)
+			if tg.Panel == "Clusters that cannot be read" {
+				continue // every peer was read throughout: it shows none
+			}
+			assert.Positive(t, n, "%q shows nothing: %s", tg.Panel, expr)
+			assert.Positive(t, largest, "%q never showed what happened: %s", tg.Panel, expr)
+		}
+		assert.Equal(t, []string{"Clusters that cannot be read", "Waiting for the ring before", "Holding the fleet", "Phase of each namespace, cluster by cluster", "Peers each agent can read"}, fleetPanels)
+		phases, _, _, err := fleetProm.API.Query(staging.Ctx, fmt.Sprintf(`count by (cluster) (max_over_time(meshwave_namespace_phase{namespace=%q}[%s]) == 1)`, ns, vars["__range"]), end)
+		require.NoError(t, err)
+		var seen []string
+		for _, s := range phases.(model.Vector) {
+			seen = append(seen, string(s.Metric["cluster"]))
+		}
+		slices.Sort(seen)
+		assert.Equal(t, []string{"prod-eu", "prod-us", "staging"}, seen, "each cluster's agent, told apart by its cluster label")
+	})
+}
+
+// lazyHandler serves what it is set to, 503 until then: a scrape target
+// whose agent starts after its Prometheus.
+type lazyHandler struct{ h atomic.Pointer[http.Handler] }
+
+func (l *lazyHandler) set(h http.Handler) { l.h.Store(&h) }
+
+func (l *lazyHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h := l.h.Load(); h != nil {
+		(*h).ServeHTTP(w, r)
+		return
+	}
+	http.Error(w, "not started", http.StatusServiceUnavailable)
 }
 
 // waitForReason waits until namespace ns's status reason begins with want.

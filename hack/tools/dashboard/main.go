@@ -44,6 +44,12 @@ func leading(selector string) string {
 	return `(` + selector + ` and on (instance) (meshwave_leader == 1))`
 }
 
+// fleetLeading is leading across a fleet's clusters, whose replicas'
+// instances may share an address: the leader of each cluster.
+func fleetLeading(selector string) string {
+	return `(` + selector + ` and on (cluster, instance) (meshwave_leader == 1))`
+}
+
 func query(expr, legend string) *prometheus.DataqueryBuilder {
 	return prometheus.NewDataqueryBuilder().Expr(expr).LegendFormat(legend)
 }
@@ -156,6 +162,41 @@ func build() (dashboard.Dashboard, error) {
 			Datasource(datasource).Height(7).Span(12).Min(0).
 			WithTarget(query(`sum by (namespace, kind) (increase(meshwave_restarts_total{`+ns+`}[$__rate_interval]))`, "{{namespace}} {{kind}}")).
 			WithTarget(query(`sum by (namespace, scope) (increase(meshwave_rollbacks_total{`+ns+`}[$__rate_interval]))`, "{{namespace}} rollback {{scope}}")))
+
+	// The fleet: with fleet.cluster set, every series carries cluster,
+	// and a Prometheus of the fleet (or Thanos over each cluster's) shows
+	// every cluster's agent here.
+	b = b.WithRow(dashboard.NewRowBuilder("Fleet")).
+		WithPanel(stat.NewPanelBuilder().Title("Clusters that cannot be read").
+			Description("Other clusters of the rings that an agent cannot read (no kubeconfig Secret, the apiserver not answering, its namespaces not synced): the later rings wait on them, and nothing advances on missing data.").
+			Datasource(datasource).Height(5).Span(6).
+			WithTarget(query(`count(count by (peer) (`+fleetLeading(`meshwave_fleet_peer_readable`)+` == 0)) or vector(0)`, "unreadable")).
+			Thresholds(dashboard.NewThresholdsConfigBuilder().Mode(dashboard.ThresholdsModeAbsolute).Steps([]dashboard.Threshold{
+				{Value: nil, Color: "green"}, {Value: cog.ToPtr(1.0), Color: "orange"},
+			}))).
+		WithPanel(stat.NewPanelBuilder().Title("Waiting for the ring before").
+			Description("Namespaces whose first wave waits for the ring before their cluster's to complete the same move and soak.").
+			Datasource(datasource).Height(5).Span(6).
+			WithTarget(query(`count(`+fleetLeading(`meshwave_namespace_waits_for_ring{`+ns+`}`)+` == 1) or vector(0)`, "waiting"))).
+		WithPanel(stat.NewPanelBuilder().Title("Holding the fleet").
+			Description("Namespaces paused, rolling back or rolled back: each holds every later ring of the fleet until a person resumes it or it completes.").
+			Datasource(datasource).Height(5).Span(12).
+			WithTarget(query(`count(`+fleetLeading(`meshwave_namespace_phase{phase=~"Paused|RollingBack|RolledBack",`+ns+`}`)+` == 1) or vector(0)`, "holding")).
+			Thresholds(dashboard.NewThresholdsConfigBuilder().Mode(dashboard.ThresholdsModeAbsolute).Steps([]dashboard.Threshold{
+				{Value: nil, Color: "green"}, {Value: cog.ToPtr(1.0), Color: "red"},
+			}))).
+		WithPanel(statetimeline.NewPanelBuilder().Title("Phase of each namespace, cluster by cluster").
+			Description("One row per cluster and namespace: its phase over time, the rings moving one after the other.").
+			Datasource(datasource).Height(8).Span(24).
+			WithTarget(query(`max by (cluster, namespace, phase) (`+fleetLeading(`meshwave_namespace_phase{`+ns+`}`)+` == 1) * 0 + 1`, "{{cluster}}/{{namespace}} {{phase}}"))).
+		WithPanel(statetimeline.NewPanelBuilder().Title("Peers each agent can read").
+			Description("1: the agent of cluster reads peer; 0: it cannot, and its later rings wait.").
+			Datasource(datasource).Height(6).Span(24).
+			Mappings([]dashboard.ValueMapping{{ValueMap: &dashboard.ValueMap{Type: dashboard.MappingTypeValueToText, Options: map[string]dashboard.ValueMappingResult{
+				"0": {Text: cog.ToPtr("cannot be read"), Color: cog.ToPtr("orange")},
+				"1": {Text: cog.ToPtr("read"), Color: cog.ToPtr("green")},
+			}}}}).
+			WithTarget(query(`max by (cluster, peer) `+fleetLeading(`meshwave_fleet_peer_readable`), "{{cluster}} reads {{peer}}")))
 
 	b = b.WithRow(dashboard.NewRowBuilder("Agent")).
 		WithPanel(stat.NewPanelBuilder().Title("Leader").
