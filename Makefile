@@ -144,8 +144,8 @@ e2e: prometheus istio ## End-to-end tests on the local world (real apiserver, et
 	E2E_LDFLAGS="$(K8S_LDFLAGS)" E2E_TIMEOUT=$(E2E_TIMEOUT) E2E_JOBS=$(E2E_JOBS) e2e/hack/run-e2e.sh
 
 .PHONY: demo-check
-demo-check: prometheus istio ## Run the demo non-interactively; fails unless it ends as expected.
-	cd e2e && $(GO) run -ldflags "$(K8S_LDFLAGS)" ./cmd/demo --check
+demo-check: prometheus istio ## Run the demo and the fleet demo non-interactively; fails unless each ends as expected.
+	cd e2e && $(GO) run -ldflags "$(K8S_LDFLAGS)" ./cmd/demo --check && $(GO) run -ldflags "$(K8S_LDFLAGS)" ./cmd/demo --fleet --check
 
 # The explorer (canary.TestEveryEventSequenceKeepsTheInvariants) enumerates event sequences over the
 # decisions, which are pure: make unit's -race build skips it (it would run

@@ -84,6 +84,7 @@ func run() error {
 	dir := flag.String("dir", filepath.Join(os.TempDir(), "meshwave-demo"), "where the world keeps its kubeconfig and data")
 	check := flag.Bool("check", false, "exit when the migrations end; fail unless shop, media and payments (into ambient) completed and reviews rolled back")
 	timeout := flag.Duration("timeout", 8*time.Minute, "give up on the migrations after this long")
+	fleet := flag.Bool("fleet", false, "show a fleet instead: two clusters in two rings, staging then prod, moved by the default tag with the target auto")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -97,6 +98,9 @@ func run() error {
 		fmt.Fprintf(out, time.Now().Format("15:04:05")+" "+format+"\n", args...)
 	}
 
+	if *fleet {
+		return runFleet(ctx, *dir, *check, *timeout, out, say)
+	}
 	say("starting the local world: etcd, kube-apiserver, kube-controller-manager, a fake kubelet, istiod 1-25 and 1-26 (ambient), Prometheus")
 	w, err := world.Start(ctx, world.Options{Dir: *dir, Revisions: []mesh.Revision{
 		{Name: "1-25"}, {Name: "1-26", Env: map[string]string{"PILOT_ENABLE_AMBIENT": "true"}},
@@ -125,7 +129,7 @@ func run() error {
 		return err
 	}
 
-	metricsAddr, shutdownAgent, err := startAgent(ctx, w, *dir)
+	metricsAddr, shutdownAgent, err := startAgent(ctx, w, *dir, nil)
 	if err != nil {
 		return err
 	}
@@ -152,13 +156,19 @@ func run() error {
 	fmt.Fprintf(out, "\nPrometheus: %s  (try: meshwave_namespace_phase == 1, meshwave_analysis_value, meshwave_rollbacks_total)\n", w.Prometheus.URL)
 	fmt.Fprintf(out, "kubectl:    export KUBECONFIG=%s\n", w.Cluster.Kubeconfig)
 
-	problems := expected(final)
+	return conclude(ctx, out, *check, expected(final),
+		"shop and media completed; reviews was caught by the error-rate check and rolled back; payments runs in ambient behind its waypoint")
+}
+
+// conclude says whether the outcome is the expected one; with check it
+// returns an error unless it is, else it keeps the world up until Ctrl-C.
+func conclude(ctx context.Context, out io.Writer, check bool, problems []string, expectedOutcome string) error {
 	if len(problems) > 0 {
 		fmt.Fprintln(out, "\nunexpected outcome:\n  "+strings.Join(problems, "\n  "))
 	} else {
-		fmt.Fprintln(out, "\noutcome as expected: shop and media completed; reviews was caught by the error-rate check and rolled back; payments runs in ambient behind its waypoint")
+		fmt.Fprintln(out, "\noutcome as expected: "+expectedOutcome)
 	}
-	if *check {
+	if check {
 		if len(problems) > 0 {
 			return errors.New("the demo did not end as expected")
 		}
@@ -242,19 +252,27 @@ func deploySample(ctx context.Context, w *world.World) error {
 	if err := waypoint(ctx, w, ambientNS); err != nil {
 		return err
 	}
-	deadline := time.Now().Add(time.Minute)
 	for _, a := range app {
-		for _, name := range a.workloads {
-			for {
-				d, err := c.AppsV1().Deployments(a.ns).Get(ctx, name, metav1.GetOptions{})
-				if err == nil && d.Status.AvailableReplicas == *d.Spec.Replicas && d.Status.UpdatedReplicas == *d.Spec.Replicas {
-					break
-				}
-				if time.Now().After(deadline) {
-					return fmt.Errorf("deployment %s/%s did not become available", a.ns, name)
-				}
-				time.Sleep(100 * time.Millisecond)
+		if err := waitAvailable(ctx, w, a.ns, a.workloads); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitAvailable waits up to a minute for the Deployments to be available.
+func waitAvailable(ctx context.Context, w *world.World, ns string, names []string) error {
+	deadline := time.Now().Add(time.Minute)
+	for _, name := range names {
+		for {
+			d, err := w.Cluster.Client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+			if err == nil && d.Status.AvailableReplicas == *d.Spec.Replicas && d.Status.UpdatedReplicas == *d.Spec.Replicas {
+				break
 			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("deployment %s/%s did not become available", ns, name)
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
 	}
 	return nil
@@ -262,7 +280,7 @@ func deploySample(ctx context.Context, w *world.World) error {
 
 // startAgent runs meshwave in this process against the world, with the
 // xDS gate and the metric checks on, its metrics served on loopback.
-func startAgent(ctx context.Context, w *world.World, dir string) (string, func(), error) {
+func startAgent(ctx context.Context, w *world.World, dir string, adjust func(*agent.Config)) (string, func(), error) {
 	c := w.Cluster.Client
 	root := w.Mesh.RootNamespace()
 	if _, err := c.CoreV1().ServiceAccounts(root).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "meshwave"}}, metav1.CreateOptions{}); err != nil {
@@ -289,13 +307,18 @@ func startAgent(ctx context.Context, w *world.World, dir string) (string, func()
 	cfg.Gates.Sync.Port = w.Mesh.Ports().GRPCTLS
 	cfg.Gates.Sync.Interval = agent.Duration(time.Second)
 	m := &cfg.Gates.Metrics
-	m.Prometheus.URL = w.Prometheus.URL
+	if w.Prometheus != nil { // a fleet's clusters share one, set by adjust
+		m.Prometheus.URL = w.Prometheus.URL
+	}
 	// The window fits in the bake time: a longer one would reach back to
 	// the old revision's traffic (reviews read 16-17% for its staged 30%).
 	// 10s holds 200 requests, enough for a steady p99.
 	m.Window, m.BakeTime, m.Interval = agent.Duration(10*time.Second), agent.Duration(10*time.Second), agent.Duration(3*time.Second)
 	m.RequiredPasses = 2
 	m.OutboundErrorRate.Enabled = false
+	if adjust != nil {
+		adjust(&cfg)
+	}
 
 	reg := prometheus.NewRegistry()
 	agent.RegisterClientMetrics(reg)
@@ -329,7 +352,12 @@ func startAgent(ctx context.Context, w *world.World, dir string) (string, func()
 }
 
 func optIn(ctx context.Context, w *world.World, ns string, priority int) error {
-	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"1-26",%q:"%d"}}}`, canary.AnnotationTargetRevision, canary.AnnotationPriority, priority)
+	return optInTarget(ctx, w, ns, "1-26", priority)
+}
+
+// optInTarget annotates ns with its target and priority.
+func optInTarget(ctx context.Context, w *world.World, ns, target string, priority int) error {
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q,%q:"%d"}}}`, canary.AnnotationTargetRevision, target, canary.AnnotationPriority, priority)
 	_, err := w.Cluster.Client.CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 	return err
 }
