@@ -460,6 +460,16 @@ func (c Config) Validate() error {
 	}
 	errs = append(errs, c.Gates.validate()...)
 	errs = append(errs, c.Fleet.validate()...)
+	if c.Fleet.SoakAlerts {
+		switch p := c.Gates.Metrics.Prometheus; {
+		case len(c.Fleet.Rings) == 0:
+			errs = append(errs, errors.New("config key fleet.soakAlerts: true without fleet.rings: there is no ring to soak"))
+		case p.URL == "":
+			errs = append(errs, errors.New("config key fleet.soakAlerts: true, but gates.metrics.prometheus.url is empty: the alerts are read from the fleet's Prometheus"))
+		case p.ClusterLabel == "":
+			errs = append(errs, errors.New("config key fleet.soakAlerts: true, but gates.metrics.prometheus.clusterLabel is empty: the alerts of another cluster's namespace are told apart by it"))
+		}
+	}
 	return errors.Join(errs...)
 }
 

@@ -107,6 +107,9 @@ type Controller struct {
 	optedIn          optedInAtLastDecision
 	metrics          *Metrics
 	tracer           *Tracer
+	// fleetAlerts reads the other clusters' alerts for a soak with no
+	// alert; nil without fleet.soakAlerts.
+	fleetAlerts canary.FleetAlerts
 }
 
 // New builds a controller and registers its event handlers.
@@ -165,6 +168,14 @@ func New(opts Options) (*Controller, error) {
 	}
 	if c.clock == nil {
 		c.clock = clock.RealClock{}
+	}
+	if f := opts.Config.Fleet; f.SoakAlerts {
+		p := opts.Config.Gates.Metrics.Prometheus
+		q, err := p.querier(opts.GateDeps)
+		if err != nil {
+			return nil, err
+		}
+		c.fleetAlerts = fleetAlerts(q, p.ClusterLabel, opts.Config.Gates.Metrics.QueryTimeout.D(), func() time.Time { return c.clock.Now() })
 	}
 	if reg := opts.Registerer; reg != nil {
 		if cluster := opts.Config.Fleet.Cluster; cluster != "" {
@@ -443,6 +454,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	}
 	if c.fleet != nil {
 		snap.Clusters = c.fleet.clusters()
+		snap.FleetAlerts = c.fleetAlerts
 	}
 	c.refusedEvictions.attach(key, evictionStage(status), snap.Workloads)
 	admission := &admission{c: c, ns: key, resolve: snap.Mesh.Resolve}

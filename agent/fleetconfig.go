@@ -26,6 +26,10 @@ type FleetConfig struct {
 	// istio/multiCluster=true): their accounts can read far more than
 	// namespaces, which meshwave's own never can.
 	IstioRemoteSecrets bool `json:"istioRemoteSecrets"`
+	// SoakAlerts makes each ring's soak one with no alert: an alert that
+	// fires, in the fleet's Prometheus, for a namespace of the ring before
+	// after it completed starts its soak again (fleetalerts.go).
+	SoakAlerts bool `json:"soakAlerts"`
 }
 
 // RingConfig is one ring: its clusters, and how long they stay completed
@@ -87,7 +91,7 @@ func (f FleetConfig) validate() []error {
 
 // decisions is the fleet as the phase machine reads it.
 func (f FleetConfig) decisions() canary.Fleet {
-	out := canary.Fleet{Cluster: f.Cluster, WholeRing: f.Await == "ring"}
+	out := canary.Fleet{Cluster: f.Cluster, WholeRing: f.Await == "ring", SoakAlerts: f.SoakAlerts}
 	for _, r := range f.Rings {
 		out.Rings = append(out.Rings, canary.Ring{Name: r.Name, Clusters: r.Clusters, Soak: r.Soak.D()})
 	}

@@ -100,6 +100,23 @@ type Prometheus struct {
 	Cluster string `json:"cluster"`
 }
 
+// querier is the client of the Prometheus: deps's when set (tests), else
+// one built from the configuration.
+func (p Prometheus) querier(deps GateDeps) (analysis.Querier, error) {
+	if deps.Prometheus != nil {
+		return deps.Prometheus, nil
+	}
+	client, err := promconfig.NewClientFromConfig(p.HTTP, "meshwave")
+	if err != nil {
+		return nil, fmt.Errorf("prometheus client: %w", err)
+	}
+	api, err := promapi.NewClient(promapi.Config{Address: p.URL, Client: client})
+	if err != nil {
+		return nil, fmt.Errorf("prometheus client: %w", err)
+	}
+	return promv1.NewAPI(api), nil
+}
+
 // clusterMatcher is the matcher every query carries (analysis.QueryParams.Cluster).
 func (p Prometheus) clusterMatcher() string {
 	return analysis.ClusterMatcher(p.ClusterLabel, p.Cluster)
@@ -460,17 +477,9 @@ func (g Gates) BuildGates(rootNamespace string, deps GateDeps) (func(canary.Wave
 			Timeout: g.Sync.Timeout.D(), Interval: g.Sync.Interval.D()})
 	}
 	if m := g.Metrics; m.Prometheus.URL != "" || deps.Prometheus != nil {
-		q := deps.Prometheus
-		if q == nil {
-			client, err := promconfig.NewClientFromConfig(m.Prometheus.HTTP, "meshwave")
-			if err != nil {
-				return nil, fmt.Errorf("prometheus client: %w", err)
-			}
-			api, err := promapi.NewClient(promapi.Config{Address: m.Prometheus.URL, Client: client})
-			if err != nil {
-				return nil, fmt.Errorf("prometheus client: %w", err)
-			}
-			q = promv1.NewAPI(api)
+		q, err := m.Prometheus.querier(deps)
+		if err != nil {
+			return nil, err
 		}
 		for _, c := range m.checks() {
 			if s := c.sequential; s != nil {

@@ -2,6 +2,7 @@ package canary
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -22,7 +23,16 @@ type Fleet struct {
 	// WholeRing waits for every opted-in namespace of the ring before to
 	// complete, not only the namespace of the same name.
 	WholeRing bool
+	// SoakAlerts makes a soak one with no alert: an alert that fired for
+	// a namespace of the ring before since it completed starts its soak
+	// again from the alert's last firing (Snapshot.FleetAlerts).
+	SoakAlerts bool
 }
+
+// FleetAlerts reads, for a namespace of another cluster, the last time an
+// alert fired for it at since or later, and that alert's name; a zero time
+// when none did.
+type FleetAlerts func(cluster, namespace string, since time.Time) (last time.Time, alert string, err error)
 
 // Ring is a set of clusters that move together, and how long they must
 // stay completed before the next ring starts.
@@ -168,15 +178,41 @@ func fleetWait(m *machine, first bool) (string, time.Duration) {
 			if why := contradicted(n); why != "" {
 				return fmt.Sprintf("waiting for %s to complete the move to %s: its status says %s, but %s; a status its namespace contradicts is not taken as done", where, m.st.TargetRevision, st.Phase, why), 0
 			}
-			if left := st.CompletedAt.Add(before.Soak).Sub(m.now); left > soakLeft {
-				soakLeft, soaking = left, where
+			from, alerted := *st.CompletedAt, ""
+			if f.SoakAlerts && before.Soak > 0 {
+				read := m.snap().FleetAlerts
+				if read == nil {
+					return fmt.Sprintf("ring %s soaks with no alert, but the alerts of %s cannot be read: no Prometheus to read them from; missing data never advances a ring", before.Name, where), 0
+				}
+				last, alert, err := read(c, name, from)
+				if err != nil {
+					return fmt.Sprintf("ring %s soaks with no alert, but the alerts of %s cannot be read: %v; missing data never advances a ring", before.Name, where, err), alertsRetry
+				}
+				if last.After(from) {
+					from, alerted = last, fmt.Sprintf("; alert %s fired there at %s, so its soak starts again from then", alert, last.UTC().Format(time.RFC3339))
+				}
+			}
+			if left := from.Add(before.Soak).Sub(m.now); left > soakLeft {
+				soakLeft, soaking = left, where+" completed the move to "+m.st.TargetRevision+alerted
 			}
 		}
 	}
 	if soakLeft > 0 {
-		return fmt.Sprintf("ring %s soaks: %s completed the move to %s, and must stay completed %s more", before.Name, soaking, m.st.TargetRevision, soakLeft.Round(time.Second)), soakLeft
+		return fmt.Sprintf("ring %s soaks: %s, and must stay completed %s more", before.Name, soaking, soakLeft.Round(time.Second)), min(soakLeft, alertsRecheck(f))
 	}
 	return "", 0
+}
+
+// alertsRetry is when to read the alerts again after they could not be.
+const alertsRetry = 15 * time.Second
+
+// alertsRecheck is how often a soak with no alert looks again: an alert
+// that fires mid-soak changes nothing this cluster watches.
+func alertsRecheck(f Fleet) time.Duration {
+	if f.SoakAlerts {
+		return alertsRetry
+	}
+	return time.Duration(math.MaxInt64)
 }
 
 // fleetNamespaces are the namespaces of a peer the decision waits for:

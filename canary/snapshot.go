@@ -32,6 +32,10 @@ type Snapshot struct {
 	// Clusters are the other clusters of the fleet, by name, as the agent
 	// read them; nil for a cluster alone.
 	Clusters map[string]PeerCluster
+	// FleetAlerts reads the alerts of the other clusters' namespaces, for
+	// a soak with no alert (Fleet.SoakAlerts); called only while a ring
+	// soaks.
+	FleetAlerts FleetAlerts
 }
 
 // Unmovable is a workload of a kind meshwave never restarts (a Job, a

@@ -384,7 +384,15 @@ func TestAFleetMovesRingByRing(t *testing.T) {
 			targets = append(targets, prom.Target{Job: "meshwave", Addr: strings.TrimPrefix(srv.URL, "http://")},
 				prom.Target{Job: world.MeshJob, Addr: c.f.World.Mesh.Traffic().Addr(), Labels: map[string]string{"cluster": c.name}})
 		}
-		fleetProm, err := prom.Start(staging.Ctx, prom.Options{Targets: targets})
+		// An application's alert, evaluated by the fleet's Prometheus.
+		rules := filepath.Join(t.TempDir(), "rules.yaml")
+		require.NoError(t, os.WriteFile(rules, []byte(`groups:
+- name: application
+  rules:
+  - alert: CheckedAnswers5xx
+    expr: sum by (cluster, namespace) (label_replace(rate(istio_requests_total{reporter="destination",destination_workload_namespace="checked",response_code=~"5.."}[5s]), "namespace", "$1", "destination_workload_namespace", "(.*)")) > 0
+`), 0o644))
+		fleetProm, err := prom.Start(staging.Ctx, prom.Options{Targets: targets, RuleFiles: []string{rules}})
 		require.NoError(t, err)
 		t.Cleanup(fleetProm.Close)
 
@@ -396,6 +404,7 @@ func TestAFleetMovesRingByRing(t *testing.T) {
 			m.Prometheus.URL, m.Prometheus.ClusterLabel = fleetProm.URL, "cluster"
 			m.Window, m.BakeTime, m.Interval = agent.Duration(10*time.Second), agent.Duration(10*time.Second), agent.Duration(2*time.Second)
 			m.RequiredPasses, m.QueryTimeout = 2, agent.Duration(3*time.Second)
+			cfg.Fleet.SoakAlerts = true
 			reg := prometheus.NewRegistry()
 			a := startAgentWithOptions(t, c.f, cfg, newAPICounter(), "agent-"+c.name+"-checked", func(o *agent.Options) { o.Registerer = reg })
 			served[c.name].set(a.Controller.Handler(reg))
@@ -416,7 +425,16 @@ func TestAFleetMovesRingByRing(t *testing.T) {
 
 		done := waitForMigration(staging.For(t), ns, "1-26", canary.PhaseCompleted)
 		assert.Equal(t, "moved 1 workloads to 1-26 in 1 waves", done.Reason)
+
+		// staging's api answers 5xx after it completed: the alert fires,
+		// and the second ring's soak starts again from its last firing.
+		staging.World.Mesh.Traffic().SetBehavior(mesh.WorkloadRef{Namespace: ns, Name: "api"}, "1-26", mesh.Behavior{ErrorRatio: 0.5, LatencyMs: 40})
+		waitForReason(prodEU.For(t), ns, "the first wave of 1 waits: ring staging soaks: namespace checked in cluster staging (ring staging) completed the move to 1-26; alert CheckedAnswers5xx fired there at ")
+		staging.World.Mesh.Traffic().SetBehavior(mesh.WorkloadRef{Namespace: ns, Name: "api"}, "1-26", mesh.DefaultBehavior)
+		healed := time.Now()
+
 		eu := waitForMigration(prodEU.For(t), ns, "1-26", canary.PhaseCompleted)
+		assert.False(t, firstMove(prodEU.For(t), ns, "api").Before(healed.Add(soak)), "the second ring starts a soak after the alert's last firing, not the completion's")
 		v, ok := verdictOf(eu, "error-rate")
 		require.True(t, ok, "prod-eu's wave was checked: %+v", eu.Verdicts)
 		assert.Equal(t, canary.ResultPass, v.Result, "prod-eu counts its own api's answers, not prod-us's of the same name: %s", v.Reason)
