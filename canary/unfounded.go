@@ -6,43 +6,53 @@ import (
 )
 
 // unfoundedCompletion says why a Completed status is not believed, or "":
-// it says waves of its migration ran, yet the namespace does not carry
-// the label the migration switched, no workload carries a move record of
-// that migration and no pod runs where it moved them, while injected pods
-// of workloads it did not leave out still run elsewhere. A migration completes only after
-// its waves' patches (each with its record) and their gates: such a
-// status was written by hand, or copied from another namespace. Believed,
-// it would stand for ever over workloads that never moved, and tell the
-// fleet's later rings that this one is done. Move records a person
-// removed after a real completion leave the pods on the target, which
-// found it.
+// nothing in the namespace shows the migration it says completed, while
+// workloads its plan would move still run elsewhere. A migration completes
+// only after its waves' patches (each with its move record) and their
+// gates, and a completion with nothing to move only when every injected
+// workload already ran the target; either switches the namespace's label.
+// Such a status was written by hand, or copied from another namespace.
+// Believed, it would stand for ever over workloads that never moved, and
+// tell the fleet's later rings that this one is done.
+//
+// What founds a completion:
+//   - the namespace's label shows the switch: istio.io/rev on the target,
+//     or, for a move that enrolled the namespace in ambient,
+//     istio.io/dataplane-mode=ambient (a label a person put back is the
+//     revert check's to name);
+//   - the status records that meshwave gave the label up to whoever
+//     switches it (labelHeld): the label then shows that tool's value;
+//   - a workload carries a move record of the migration;
+//   - a pod runs where the migration moves workloads (move records a
+//     person removed after a real completion leave the pods there).
+//
+// What is left out of a migration is the plan's to say, from the
+// workloads as they are (plan.place), never the status's: a status under
+// test could list every workload as skipped.
 func unfoundedCompletion(records func() workloadSet, st *Status, labels map[string]string) string {
-	if st == nil || st.unblockedPhase() != PhaseCompleted || st.Wave == 0 || st.MigrationID() == "" {
+	if st == nil || st.unblockedPhase() != PhaseCompleted || st.labelHeld() {
 		return ""
 	}
-	if rev, ok := labels[LabelRev]; st.NamespaceEnrolled || ok && rev == st.label() {
-		// The namespace shows the switch; a label a person put back is
-		// the revert check's to name.
+	if st.NamespaceEnrolled {
+		if labels[LabelDataplaneMode] == DataplaneAmbient {
+			return ""
+		}
+	} else if rev, ok := labels[LabelRev]; ok && rev == st.label() {
 		return ""
-	}
-	left := map[string]bool{}
-	for _, x := range append(append([]Exclusion{}, st.Skipped...), st.Unmovable...) {
-		left[x.Workload] = true
 	}
 	id, target := st.MigrationID(), st.targetPlace()
 	var elsewhere []string
 	for _, w := range records() {
-		if w.record != nil && w.record.Migration == id {
+		if id != "" && w.record != nil && w.record.Migration == id {
 			return ""
 		}
-		off := false
 		for _, p := range w.livePods() {
 			if p.At(target) {
 				return ""
 			}
-			off = off || p.Injected()
 		}
-		if off && w.gateway == "" && !left[w.Name] {
+		var plan NamespacePlan
+		if _, moves := plan.place(w, target, id); moves {
 			elsewhere = append(elsewhere, describe(w.Name))
 		}
 	}
@@ -53,6 +63,14 @@ func unfoundedCompletion(records func() workloadSet, st *Status, labels map[stri
 	if len(elsewhere) > 3 {
 		more, elsewhere = fmt.Sprintf(" and %d more", len(elsewhere)-3), elsewhere[:3]
 	}
-	return fmt.Sprintf("the status says migration %s completed %d waves, but the namespace is not labelled %s=%s, no workload carries a move record of it and no pod runs %s, while %s%s still run elsewhere",
-		id, st.Wave, LabelRev, st.label(), target, strings.Join(elsewhere, ", "), more)
+	shows := fmt.Sprintf("the namespace is not labelled %s=%s", LabelRev, st.label())
+	if st.NamespaceEnrolled {
+		shows = fmt.Sprintf("the namespace is not labelled %s=%s", LabelDataplaneMode, DataplaneAmbient)
+	}
+	said := fmt.Sprintf("the status says migration %s completed %d waves", id, st.Wave)
+	if st.Wave == 0 || id == "" {
+		said = fmt.Sprintf("the status says every injected workload already ran %s", target)
+	}
+	return fmt.Sprintf("%s, but %s, no workload carries a move record of it and no pod runs %s, while %s%s still run elsewhere",
+		said, shows, target, strings.Join(elsewhere, ", "), more)
 }

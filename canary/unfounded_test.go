@@ -62,3 +62,110 @@ func TestACompletedStatusIsBelievedWhenAnythingShowsTheMove(t *testing.T) {
 		})
 	}
 }
+
+// completedThenLabelHeld plays shop (a, b) to Completed on 1-26, then lets
+// a GitOps tool switch the namespace's label back to 1-25 three times:
+// meshwave puts it back twice, then leaves it (labelHeld) rather than fight.
+func completedThenLabelHeld(t *testing.T) *sim {
+	s := batchedSim(t, "a", "b")
+	s.snap.Namespace.Labels[LabelArgoInstance] = "platform"
+	s.playUntil(PhaseCompleted)
+	for n := 1; n <= 3; n++ {
+		s.now = s.now.Add(time.Minute)
+		s.snap.Namespace.Labels[LabelRev] = "1-25" // self-heal
+		s.decide(nil)
+	}
+	require.Equal(t, PhaseCompleted, s.status.Phase)
+	require.True(t, s.status.labelHeld(), "meshwave gave the label up: %+v", s.status.Reverts)
+	require.Equal(t, "1-25", s.snap.Namespace.Labels[LabelRev])
+	return s
+}
+
+// A completed migration whose label meshwave gave up to a GitOps tool
+// (labelHeld) and whose Deployments the same tool then replaced whole
+// (the move records gone, the pods on the label's revision) stands: the
+// status records the label given up. Rejected, a fresh migration would
+// switch the label again and restart every workload, the fight the
+// revert limit exists to stop.
+func TestACompletionWhoseLabelWasGivenUpStands(t *testing.T) {
+	s := completedThenLabelHeld(t)
+	patched := map[string]int{"a": s.patches["a"], "b": s.patches["b"]}
+
+	// Argo CD replaces the Deployments from git: no move record, pods on
+	// the label's revision.
+	s.snap.Workloads = []Workload{deploy("a"), deploy("b")}
+	s.events = nil
+	for i := 0; i < 6; i++ {
+		s.now = s.now.Add(time.Minute)
+		for _, w := range s.snap.Workloads {
+			s.rollOutRecord(w)
+		}
+		s.decide(s.gates())
+	}
+	assert.NotContains(t, s.reasons(), "StatusRejected", "a completion the status shows was given up to GitOps is rejected")
+	assert.Equal(t, "1-25", s.snap.Namespace.Labels[LabelRev], "the given-up label is switched again")
+	assert.Equal(t, patched, map[string]int{"a": s.patches["a"], "b": s.patches["b"]}, "workloads restarted again")
+}
+
+// playForged plays a forged status over shop (a, b on 1-25, label
+// 1-25) and reports what the agent made of it.
+func playForged(t *testing.T, raw string, edit func(s *sim)) *sim {
+	s := batchedSim(t, "a", "b")
+	if edit != nil {
+		edit(s)
+	}
+	s.raw, s.optedIn = &raw, true
+	for i := 0; i < 3; i++ {
+		s.decide(s.gates())
+		s.now = s.now.Add(time.Minute)
+	}
+	return s
+}
+
+// A Completed status of no wave (the shape of a completion with nothing to
+// move) over pods that all run the source is rejected: believed, the
+// agent would switch the label over pods that never moved, after which
+// the label would found it for good and a fleet's later rings would read
+// the namespace as done.
+func TestACompletedStatusOfNoWaveOverPodsThatNeverMovedIsRejected(t *testing.T) {
+	forged := `{"phase":"Completed","target":"1-26","targetRevision":"1-26","wave":0,"totalWaves":0,"counts":{"total":2},"completedAt":"2026-01-01T00:00:00Z"}`
+	st, _, err := ParseStatus(map[string]string{AnnotationStatus: forged})
+	require.NoError(t, err, "the forgery reads back as a valid status")
+	require.Equal(t, PhaseCompleted, st.Phase)
+
+	s := playForged(t, forged, nil)
+	assert.Contains(t, s.reasons(), "StatusRejected", "a Completed status over pods that all run 1-25")
+	assert.NotEqual(t, PhaseCompleted, s.status.Phase, "stands Completed over workloads that never moved (label now %s)", s.snap.Namespace.Labels[LabelRev])
+	assert.Equal(t, map[string]int{"a": 1}, s.patches, "the migration runs: its canary moved")
+}
+
+// A Completed move to ambient that says it enrolled the namespace is
+// founded by the namespace's istio.io/dataplane-mode=ambient, not by its
+// own word: over a namespace never enrolled, every pod a 1-25 sidecar, it
+// is rejected and the workloads move.
+func TestACompletedEnrolmentTheNamespaceDoesNotShowIsRejected(t *testing.T) {
+	forged := `{"phase":"Completed","target":"1-26","targetRevision":"1-26","mode":"ambient","namespaceEnrolled":true,"sourceLabel":"1-25","sourceRevision":"1-25","wave":2,"totalWaves":2,"counts":{"total":2,"moved":2},"startedAt":"2025-12-31T00:00:00Z","completedAt":"2026-01-01T00:00:00Z"}`
+	st, _, err := ParseStatus(map[string]string{AnnotationStatus: forged})
+	require.NoError(t, err, "the forgery reads back as a valid status")
+	require.True(t, st.NamespaceEnrolled)
+
+	s := playForged(t, forged, func(s *sim) { s.snap.Namespace.Annotations[AnnotationTargetMode] = "ambient" })
+	assert.Contains(t, s.reasons(), "StatusRejected", "an enrolled completion over a namespace not enrolled, its pods all 1-25 sidecars")
+	assert.Empty(t, s.snap.Namespace.Labels[LabelDataplaneMode])
+	assert.NotEqual(t, PhaseCompleted, s.status.Phase, "stands Completed over workloads that never moved")
+}
+
+// What a migration left out is the plan's to say from the workloads
+// (meshwave.io/skip, paused, partition), not the status under test's: a
+// Completed status that lists every workload as skipped, none of them
+// carrying meshwave.io/skip, is rejected.
+func TestACompletedStatusThatSkipsWorkloadsThePlanWouldMoveIsRejected(t *testing.T) {
+	forged := `{"phase":"Completed","target":"1-26","targetRevision":"1-26","sourceLabel":"1-25","sourceRevision":"1-25","wave":2,"totalWaves":2,"counts":{"total":2,"skipped":2},"skipped":[{"workload":"a","reason":"x"},{"workload":"b","reason":"x"}],"startedAt":"2025-12-31T00:00:00Z","completedAt":"2026-01-01T00:00:00Z"}`
+	_, _, err := ParseStatus(map[string]string{AnnotationStatus: forged})
+	require.NoError(t, err, "the forgery reads back as a valid status")
+
+	s := playForged(t, forged, nil)
+	assert.Contains(t, s.reasons(), "StatusRejected", "no workload is skipped: neither carries meshwave.io/skip")
+	assert.NotEqual(t, PhaseCompleted, s.status.Phase, "stands Completed over workloads that never moved (label now %s)", s.snap.Namespace.Labels[LabelRev])
+	assert.Equal(t, map[string]int{"a": 1}, s.patches, "the migration runs: its canary moved")
+}
