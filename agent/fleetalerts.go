@@ -55,11 +55,19 @@ func fleetAlerts(q analysis.Querier, clusterLabel string, timeout time.Duration,
 }
 
 // alertsQuery is the last time, per alert, that one fired for namespace
-// of cluster within the window: a subquery of ALERTS's timestamps, its
-// step a thousandth of the window (at least a second), so that a week's
-// soak reads a bounded number of points.
+// of cluster within the window: a subquery of ALERTS's timestamps. Its
+// step is at most alertsStep: a firing is seen only by an evaluation
+// point before the next evaluation of its rule (which resolves it, or
+// marks it stale), so a coarser step would miss a short alert. The window
+// is the soak at most (the decision reads no further back), so a week's
+// soak evaluates some 40,000 points of one series per alert: milliseconds.
 func alertsQuery(clusterLabel, cluster, namespace string, window time.Duration) string {
-	step := max(time.Second, (window / 1000).Truncate(time.Second))
+	step := min(alertsStep, max(time.Second, (window/1000).Truncate(time.Second)))
 	return fmt.Sprintf(`max by (alertname) (max_over_time(timestamp(ALERTS{alertstate="firing",%s=%q,namespace=%q})[%s:%s]))`,
 		clusterLabel, cluster, namespace, model.Duration(window.Truncate(time.Second)+time.Second), model.Duration(step))
 }
+
+// alertsStep is the longest step of the alerts' subquery: shorter than
+// the usual rule evaluation intervals (15 s to 1 m), so that an alert
+// that fired for one evaluation is seen.
+const alertsStep = 15 * time.Second

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"regexp"
 	"testing"
 	"time"
 
@@ -68,4 +69,51 @@ func TestASoakWithNoAlertIsValidatedWithWhatItNeeds(t *testing.T) {
 	}
 	_, err := ParseConfig([]byte("fleet: {cluster: a, rings: [{name: r, clusters: [a]}], soakAlerts: true}\ngates: {metrics: {prometheus: {url: 'http://p:9090', clusterLabel: cluster}}}\n"))
 	assert.NoError(t, err)
+}
+
+// seenBySubquery evaluates `max_over_time(timestamp(ALERTS{...})[rng:step])`
+// at `at` the way Prometheus does: evaluation points aligned to multiples
+// of step within (at-rng, at], each instant selector taking the newest
+// sample before it that is not stale. A rule group evaluated every
+// interval writes an ALERTS sample at each evaluation while the alert
+// fires, and a stale marker at the first one after: each sample is seen
+// by the points in [sample, sample+interval). It reports whether one is.
+func seenBySubquery(samples []time.Time, at time.Time, rng, step, interval time.Duration) bool {
+	startMs, stepMs := at.UnixMilli()-rng.Milliseconds(), step.Milliseconds()
+	for _, s := range samples {
+		ms := s.UnixMilli()
+		if ms <= startMs {
+			continue
+		}
+		// The first evaluation point at or after the sample.
+		t := stepMs * ((ms + stepMs - 1) / stepMs)
+		if t <= at.UnixMilli() && t < ms+interval.Milliseconds() {
+			return true
+		}
+	}
+	return false
+}
+
+// A soak with no alert sees every alert that fired for the namespace in
+// its window, however long the soak: an alert that fired for a single
+// evaluation of its rule (30 s apart), anywhere in the last day of a
+// week's soak, is seen.
+func TestAnAlertOfOneEvaluationDuringAWeeksSoakIsSeen(t *testing.T) {
+	at := time.Date(2026, 12, 9, 12, 0, 7, 0, time.UTC)
+	since := at.Add(-7 * 24 * time.Hour)
+	query := alertsQuery("cluster", "staging", "shop", at.Sub(since))
+	m := regexp.MustCompile(`\[([^:\]]+):([^\]]+)\]`).FindStringSubmatch(query)
+	require.Len(t, m, 3, query)
+	rng, err := model.ParseDuration(m[1])
+	require.NoError(t, err)
+	step, err := model.ParseDuration(m[2])
+	require.NoError(t, err)
+
+	var missed []string
+	for fired := at.Add(-24 * time.Hour); fired.Before(at.Add(-10 * time.Minute)); fired = fired.Add(7 * time.Second) {
+		if !seenBySubquery([]time.Time{fired}, at, time.Duration(rng), time.Duration(step), 30*time.Second) {
+			missed = append(missed, fired.Format(time.RFC3339))
+		}
+	}
+	assert.Empty(t, missed, "alerts of one evaluation the soak never sees (query %s, step %s); %d missed", query, time.Duration(step), len(missed))
 }

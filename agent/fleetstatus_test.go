@@ -26,7 +26,7 @@ func TestFleetStatusShowsEachClusterInRingOrderWithWhatItWaitsFor(t *testing.T) 
 		StartedAt: &started, Reason: "moved 2 workloads to 1-26 in 2 waves", CompletedAt: &done}).Encode()
 	require.NoError(t, err)
 	waiting, err := (&canary.Status{Phase: canary.PhasePending, Target: "1-26", TargetRevision: "1-26",
-		Reason: "the first wave of 2 waits: ring staging soaks: namespace shop in cluster staging (ring staging) completed the move to 1-26, and must stay completed 42m0s more"}).Encode()
+		Reason: "the first wave of 2 waits: ring staging soaks: namespace shop in cluster staging (ring staging) completed the move to 1-26, and must stay completed until 2026-12-02T11:42:00Z"}).Encode()
 	require.NoError(t, err)
 	ns := func(annotations map[string]string) *corev1.Namespace {
 		return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", Annotations: annotations}}
@@ -51,7 +51,7 @@ func TestFleetStatusShowsEachClusterInRingOrderWithWhatItWaitsFor(t *testing.T) 
 	require.NoError(t, RenderFleetStatus(&out, got, "table"))
 	assert.Equal(t, `RING     CLUSTER  NAMESPACE  TARGET  PHASE       WAVE  REASON
 staging  staging  shop       1-26    Completed   2/2   moved 2 workloads to 1-26 in 2 waves
-prod     prod-eu  shop       1-26    Pending     0/0   the first wave of 2 waits: ring staging soaks: namespace shop in cluster staging (ring staging) completed the move to 1-26, and must stay completed 42m0s more
+prod     prod-eu  shop       1-26    Pending     0/0   the first wave of 2 waits: ring staging soaks: namespace shop in cluster staging (ring staging) completed the move to 1-26, and must stay completed until 2026-12-02T11:42:00Z
 prod     prod-us  -          -       Unreadable  -     dial tcp 10.0.0.9:6443: connect: connection refused
 prod     prod-ap  -          -       Unreadable  -     no kubeconfig context of this name
 `, out.String())

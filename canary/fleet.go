@@ -153,7 +153,7 @@ func fleetWait(m *machine, first bool) (string, time.Duration) {
 		return "", 0
 	}
 	before := f.Rings[r-1]
-	var soakLeft time.Duration
+	var soakEnd time.Time
 	var soaking string
 	for _, c := range before.Clusters {
 		p := peers[c]
@@ -184,7 +184,14 @@ func fleetWait(m *machine, first bool) (string, time.Duration) {
 				if read == nil {
 					return fmt.Sprintf("ring %s soaks with no alert, but the alerts of %s cannot be read: no Prometheus to read them from; missing data never advances a ring", before.Name, where), 0
 				}
-				last, alert, err := read(c, name, from)
+				// An alert older than a soak ago has no soak left: the
+				// window read is the soak at most, however long ago the
+				// namespace completed.
+				since := from
+				if ago := m.now.Add(-before.Soak); ago.After(since) {
+					since = ago
+				}
+				last, alert, err := read(c, name, since)
 				if err != nil {
 					return fmt.Sprintf("ring %s soaks with no alert, but the alerts of %s cannot be read: %v; missing data never advances a ring", before.Name, where, err), alertsRetry
 				}
@@ -192,13 +199,16 @@ func fleetWait(m *machine, first bool) (string, time.Duration) {
 					from, alerted = last, fmt.Sprintf("; alert %s fired there at %s, so its soak starts again from then", alert, last.UTC().Format(time.RFC3339))
 				}
 			}
-			if left := from.Add(before.Soak).Sub(m.now); left > soakLeft {
-				soakLeft, soaking = left, where+" completed the move to "+m.st.TargetRevision+alerted
+			if end := from.Add(before.Soak); end.After(m.now) && end.After(soakEnd) {
+				soakEnd, soaking = end, where+" completed the move to "+m.st.TargetRevision+alerted
 			}
 		}
 	}
-	if soakLeft > 0 {
-		return fmt.Sprintf("ring %s soaks: %s, and must stay completed %s more", before.Name, soaking, soakLeft.Round(time.Second)), min(soakLeft, alertsRecheck(f))
+	if !soakEnd.IsZero() {
+		// The end, not the time left: a reason that changes at every look
+		// would be a status write at every look of a soak with no alert.
+		return fmt.Sprintf("ring %s soaks: %s, and must stay completed until %s", before.Name, soaking, soakEnd.UTC().Format(time.RFC3339)),
+			min(soakEnd.Sub(m.now), alertsRecheck(f))
 	}
 	return "", 0
 }
@@ -279,8 +289,8 @@ func waitForFleet(m *machine, what string, first bool) bool {
 	st := m.st
 	st.WaitsForRing = first
 	st.Reason = fmt.Sprintf("%s waits: %s", what, why)
-	if prev := m.r.Recorded; prev == nil || waitedFor(prev.Reason) != waitedFor(st.Reason) {
-		m.event("", EventNormal, "WaitingForRing", st.Reason)
+	if prev := m.r.Recorded; prev == nil || prev.Reason != st.Reason {
+		m.event("", EventNormal, "WaitingForRing", st.Reason+soakLeft(why, m.now))
 	}
 	if retry <= 0 {
 		retry = backstop
@@ -289,11 +299,16 @@ func waitForFleet(m *machine, what string, first bool) bool {
 	return true
 }
 
-// waitedFor is a wait's reason without the time left, which changes at
-// each look: an Event is worth a change of what is waited for.
-func waitedFor(reason string) string {
-	if i := strings.Index(reason, ", and must stay completed"); i >= 0 {
-		return reason[:i]
+// soakLeft is the time a soak's reason has left, as " (5m0s left)", for
+// the Event that tells of the wait; "" for another wait.
+func soakLeft(why string, now time.Time) string {
+	_, at, ok := strings.Cut(why, ", and must stay completed until ")
+	if !ok {
+		return ""
 	}
-	return reason
+	end, err := time.Parse(time.RFC3339, at)
+	if err != nil {
+		return ""
+	}
+	return fmt.Sprintf(" (%s left)", end.Sub(now).Round(time.Second))
 }

@@ -52,7 +52,7 @@ func TestTheFirstWaveWaitsForTheRingBeforeToCompleteAndSoak(t *testing.T) {
 		{"its namespace completed another move", staged(map[string]PeerNamespace{"shop": peerStatus(PhaseCompleted, "1-27", t0.Add(-time.Hour))}),
 			"the first wave of 2 waits: waiting for namespace shop in cluster staging (ring staging) to complete the move to 1-26: its migration to 1-27 is Completed", backstop},
 		{"completed four minutes ago, of a soak of ten", staged(map[string]PeerNamespace{"shop": peerStatus(PhaseCompleted, "1-26", t0.Add(-4*time.Minute))}),
-			"the first wave of 2 waits: ring staging soaks: namespace shop in cluster staging (ring staging) completed the move to 1-26, and must stay completed 6m0s more", 6 * time.Minute},
+			"the first wave of 2 waits: ring staging soaks: namespace shop in cluster staging (ring staging) completed the move to 1-26, and must stay completed until 2026-11-29T12:06:00Z", 6 * time.Minute},
 		{"paused there", staged(map[string]PeerNamespace{"shop": {OptedIn: true, Status: &Status{Phase: PhasePaused, TargetRevision: "1-26", Wave: 1, TotalWaves: 2, Roots: []string{rootA}, Reason: "wave 1 failed: error-rate 0.31 > 0.05"}}}),
 			"the first wave of 2 waits: held by namespace shop in cluster staging (ring staging), Paused at wave 1: wave 1 failed: error-rate 0.31 > 0.05; every later ring waits until a person resumes it or it completes", backstop},
 		{"its status there unreadable", staged(map[string]PeerNamespace{"shop": {OptedIn: true, StatusErr: "invalid character 'x'"}}),
@@ -67,7 +67,11 @@ func TestTheFirstWaveWaitsForTheRingBeforeToCompleteAndSoak(t *testing.T) {
 			assert.Empty(t, d.Moves, "nothing moves")
 			assert.Empty(t, d.Label)
 			assert.Equal(t, tc.retry, d.RequeueAfter)
-			assert.Equal(t, []string{"WaitingForRing: " + tc.reason}, s.reasonsWithMessages())
+			event := "WaitingForRing: " + tc.reason
+			if tc.retry == 6*time.Minute {
+				event += " (6m0s left)" // the Event tells the time left; the status, the end
+			}
+			assert.Equal(t, []string{event}, s.reasonsWithMessages())
 		})
 	}
 }
@@ -78,7 +82,9 @@ func TestTheFirstWaveStartsOnceTheRingBeforeSoaked(t *testing.T) {
 	require.Empty(t, d.Moves)
 	s.now = s.now.Add(time.Minute)
 	d = s.decide(nil)
-	assert.Equal(t, "the first wave of 2 waits: ring staging soaks: namespace shop in cluster staging (ring staging) completed the move to 1-26, and must stay completed 5m0s more", d.Status.Reason)
+	assert.Nil(t, d.Status, "a look that finds the soak unchanged writes nothing")
+	assert.Equal(t, "the first wave of 2 waits: ring staging soaks: namespace shop in cluster staging (ring staging) completed the move to 1-26, and must stay completed until 2026-11-29T12:06:00Z", s.status.Reason)
+	assert.Equal(t, 5*time.Minute, d.RequeueAfter, "it looks again when the soak ends")
 	assert.Len(t, s.reasonsWithMessages(), 1, "one Event for the soak, not one a look")
 	s.now = t0.Add(6 * time.Minute)
 	d = s.decide(nil)

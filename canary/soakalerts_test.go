@@ -30,7 +30,7 @@ func TestAnAlertDuringTheSoakStartsItAgain(t *testing.T) {
 	s.now = t0.Add(9 * time.Minute)
 	d := s.decide(nil)
 	require.NotNil(t, d.Status)
-	assert.Equal(t, "the first wave of 2 waits: ring staging soaks: namespace shop in cluster staging (ring staging) completed the move to 1-26; alert HighErrorRate fired there at 2026-11-29T12:04:00Z, so its soak starts again from then, and must stay completed 5m0s more", d.Status.Reason)
+	assert.Equal(t, "the first wave of 2 waits: ring staging soaks: namespace shop in cluster staging (ring staging) completed the move to 1-26; alert HighErrorRate fired there at 2026-11-29T12:04:00Z, so its soak starts again from then, and must stay completed until 2026-11-29T12:14:00Z", d.Status.Reason)
 	require.NotEmpty(t, asked)
 	for _, a := range asked {
 		assert.Equal(t, "staging/shop since 2026-11-29T12:00:00Z", a, "asked of the namespace awaited, since its completion")
@@ -72,4 +72,75 @@ func TestAlertsThatCannotBeReadHoldTheRing(t *testing.T) {
 	d = s.decide(nil)
 	require.NotNil(t, d.Status)
 	assert.Equal(t, "the first wave of 2 waits: ring staging soaks with no alert, but the alerts of namespace shop in cluster staging (ring staging) cannot be read: no Prometheus to read them from; missing data never advances a ring", d.Status.Reason)
+}
+
+// A soak with no alert looks again every 15 s for as long as the ring
+// before soaks, possibly for days: a look that finds nothing new writes
+// nothing, one write per wait.
+func TestASoakWithNoAlertDoesNotWriteTheStatusAtEveryLook(t *testing.T) {
+	s := soakingSim(t)
+	s.cfg.Fleet.Rings[0].Soak = 24 * time.Hour
+	s.snap.FleetAlerts = func(string, string, time.Time) (time.Time, string, error) { return time.Time{}, "", nil }
+	s.now = t0.Add(time.Minute)
+	d := s.decide(nil)
+	require.NotNil(t, d.Status)
+	require.Equal(t, PhasePending, d.Status.Phase)
+	require.Equal(t, alertsRetry, d.RequeueAfter)
+
+	writes := 0
+	for i := 0; i < 40; i++ { // ten minutes of looks, of a day's soak
+		s.now = s.now.Add(d.RequeueAfter)
+		d = s.decide(nil)
+		require.Equal(t, PhasePending, s.status.Phase)
+		if d.Status != nil {
+			writes++
+		}
+	}
+	assert.Zero(t, writes, "status writes while nothing changed but the clock; last reason: %s", s.status.Reason)
+}
+
+// Snapshot.ReadPeers is where the agent takes its admission lock, held
+// until the reconcile ends. A namespace its ring holds waits before it
+// asks for a slot: the fleet's Prometheus (a query of up to its timeout)
+// is never read under the lock, where a slow one would queue every other
+// namespace's admission behind it.
+func TestTheFleetsAlertsAreNotReadUnderTheAdmissionLock(t *testing.T) {
+	s := soakingSim(t)
+	peersRead, alertsUnderLock := false, 0
+	s.snap.ReadPeers = func() []Peer {
+		peersRead = true
+		return nil
+	}
+	s.snap.FleetAlerts = func(string, string, time.Time) (time.Time, string, error) {
+		if peersRead {
+			alertsUnderLock++
+		}
+		return time.Time{}, "", nil
+	}
+	s.now = t0.Add(time.Minute)
+	d := s.decide(nil)
+	require.NotNil(t, d.Status)
+	require.Equal(t, PhasePending, d.Status.Phase)
+	require.True(t, d.Status.WaitsForRing)
+	assert.Zero(t, alertsUnderLock, "Prometheus queried after the peers were read, under the admission lock")
+}
+
+// The alerts read are those of the last soak at most: an alert older than
+// that has no soak left, and a namespace that completed a month ago is
+// not read back a month.
+func TestTheAlertsReadGoBackOneSoakAtMost(t *testing.T) {
+	s := fleetSim(t, staged(map[string]PeerNamespace{"shop": peerStatus(PhaseCompleted, "1-26", t0.Add(-30*24*time.Hour))}))
+	s.cfg.Fleet.SoakAlerts = true
+	var since []string
+	s.snap.FleetAlerts = func(_, _ string, from time.Time) (time.Time, string, error) {
+		since = append(since, from.UTC().Format(time.RFC3339))
+		return time.Time{}, "", nil
+	}
+	d := s.decide(nil)
+	require.NotNil(t, d.Status)
+	assert.Equal(t, PhaseMigrating, d.Status.Phase, d.Status.Reason)
+	require.NotEmpty(t, since)
+	for _, from := range since {
+		assert.Equal(t, "2026-11-29T11:50:00Z", from, "from a soak (10m) before now")
+	}
 }

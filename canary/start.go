@@ -55,6 +55,13 @@ func pending(m *machine) step {
 		m.event("", EventNormal, "Paused", st.Reason)
 		return nil
 	}
+	first := fmt.Sprintf("the first wave of %d", len(plan.Waves))
+	if m.r.Continuation == nil && waitForFleet(m, first, true) {
+		// Before asking for a slot: a namespace its ring holds waits
+		// without one, and the fleet's Prometheus is never read under
+		// the admission lock.
+		return nil
+	}
 	if !admitted(m) {
 		return nil
 	}
@@ -69,10 +76,7 @@ func pending(m *machine) step {
 		m.requeue(soon)
 		return nil
 	}
-	if waitForWindow(m, fmt.Sprintf("the first wave of %d", len(plan.Waves))) {
-		return nil
-	}
-	if waitForFleet(m, fmt.Sprintf("the first wave of %d", len(plan.Waves)), true) {
+	if waitForWindow(m, first) {
 		return nil
 	}
 	start(m, plan, source, compat)
