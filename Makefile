@@ -105,6 +105,7 @@ unit: ## Unit and table tests of the root module and of hack/tools (which builds
 FUZZ_TARGETS := \
 	./agent:FuzzParseConfig \
 	./analysis:FuzzJudge \
+	./analysis:FuzzUnscopedSelectors \
 	./canary:FuzzParseStatus \
 	./canary:FuzzReadMoveRecord \
 	./canary:FuzzAnnotations \

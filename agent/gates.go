@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	promapi "github.com/prometheus/client_golang/api"
@@ -265,8 +266,8 @@ func (m MetricGates) validate() []error {
 		}
 		for i, c := range m.Checks {
 			for field, text := range map[string]string{"query": c.Query, "requests": c.Requests} {
-				if !analysis.TemplateUses(text, "Cluster") {
-					errs = append(errs, fmt.Errorf("config key gates.metrics.checks[%d].%s: %q does not place {{.Cluster}}, but gates.metrics.prometheus.clusterLabel is set: it would count every cluster's series; put {{.Cluster}} inside each selector's braces", i, field, text))
+				if unscoped, err := analysis.UnscopedSelectors(text); err == nil && len(unscoped) > 0 {
+					errs = append(errs, fmt.Errorf("config key gates.metrics.checks[%d].%s: %q has selectors without {{.Cluster}} (%s), but gates.metrics.prometheus.clusterLabel is set: they would count every cluster's series; put {{.Cluster}} inside each selector's braces", i, field, text, strings.Join(unscoped, ", ")))
 				}
 			}
 		}

@@ -33,7 +33,11 @@ func TestAClusterLabelIsValidatedWithWhatItNeeds(t *testing.T) {
 		{"a value without its label", "gates: {metrics: {prometheus: {url: 'http://p:9090', cluster: eu}}}\n",
 			`config key gates.metrics.prometheus.cluster: "eu" is set, but gates.metrics.prometheus.clusterLabel is empty: set the label it is a value of`},
 		{"a check of one's own that would count every cluster", "gates: {metrics: {prometheus: {url: 'http://p:9090', clusterLabel: cluster, cluster: eu}, checks: [{name: errs, query: 'sum by (destination_workload) (rate(x{ns=\"{{.Namespace}}\"{{.Cluster}}}[{{.Window}}]{{.Offset}}))', requests: 'sum by (destination_workload) (increase(y{ns=\"{{.Namespace}}\"}[{{.Window}}]))', groupBy: destination_workload, threshold: 1}]}}\n",
-			`config key gates.metrics.checks[0].requests: "sum by (destination_workload) (increase(y{ns=\"{{.Namespace}}\"}[{{.Window}}]))" does not place {{.Cluster}}, but gates.metrics.prometheus.clusterLabel is set: it would count every cluster's series; put {{.Cluster}} inside each selector's braces`},
+			`config key gates.metrics.checks[0].requests: "sum by (destination_workload) (increase(y{ns=\"{{.Namespace}}\"}[{{.Window}}]))" has selectors without {{.Cluster}} (y{ns="shop"}), but gates.metrics.prometheus.clusterLabel is set: they would count every cluster's series; put {{.Cluster}} inside each selector's braces`},
+		{"a ratio whose denominator counts every cluster", "gates: {metrics: {prometheus: {url: 'http://p:9090', clusterLabel: cluster, cluster: eu}, checks: [{name: errs, " +
+			`query: 'sum by (w) (rate(x{ns="{{.Namespace}}",code=~"5.."{{.Cluster}}}[{{.Window}}]{{.Offset}})) / sum by (w) (rate(x{ns="{{.Namespace}}"}[{{.Window}}]{{.Offset}}))', ` +
+			`requests: 'sum by (w) (increase(x{ns="{{.Namespace}}"{{.Cluster}}}[{{.Window}}]))', groupBy: w, threshold: 0.05}]}}` + "\n",
+			`config key gates.metrics.checks[0].query: "sum by (w) (rate(x{ns=\"{{.Namespace}}\",code=~\"5..\"{{.Cluster}}}[{{.Window}}]{{.Offset}})) / sum by (w) (rate(x{ns=\"{{.Namespace}}\"}[{{.Window}}]{{.Offset}}))" has selectors without {{.Cluster}} (x{ns="shop"}), but gates.metrics.prometheus.clusterLabel is set: they would count every cluster's series; put {{.Cluster}} inside each selector's braces`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseConfig([]byte(tc.yaml))

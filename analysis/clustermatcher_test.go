@@ -29,6 +29,9 @@ func TestEveryBuiltInSelectorKeepsToThisClustersSeries(t *testing.T) {
 			for _, text := range texts {
 				tmpl, _, err := ParseQueryTemplate(c.Name, text)
 				require.NoError(t, err)
+				unscoped, err := UnscopedSelectors(text)
+				require.NoError(t, err)
+				assert.Empty(t, unscoped, "%s: %s", c.Name, text)
 				p := sampleParams
 				p.Cluster = cluster
 				q, err := render(tmpl, p)
@@ -60,9 +63,23 @@ func TestTheGatesRenderTheirClusterMatcher(t *testing.T) {
 	assert.Equal(t, `istio_requests_total{reporter="destination",destination_workload_namespace="shop",cluster="prod-eu"}`, s.Query(wave(member("web", pod("w", "1-26")))))
 }
 
-func TestATemplateSaysWhetherItPlacesAField(t *testing.T) {
-	assert.True(t, TemplateUses(`x{a="{{.Namespace}}"{{.Cluster}}}`, "Cluster"))
-	assert.True(t, TemplateUses(`x{a="b"{{ .Cluster }}}`, "Cluster"))
-	assert.False(t, TemplateUses(`x{a="{{.Namespace}}"}`, "Cluster"))
-	assert.False(t, TemplateUses(`{{`, "Cluster"))
+func TestASelectorACheckDoesNotKeepToTheClusterIsNamed(t *testing.T) {
+	for _, tc := range []struct {
+		query string
+		want  []string
+	}{
+		{`sum(rate(x{a="{{.Namespace}}"{{.Cluster}}}[{{.Window}}]{{.Offset}})) by (app)`, nil},
+		{`sum by (app, code) (rate(x{a="b"{{ .Cluster }}}[5m])) / on (app) group_left (code) sum(rate(y{a="}{"{{.Cluster}}}[1m] offset 1h))`, nil},
+		{`sum(rate(x{a="{{.Namespace}}"{{.Cluster}}}[5m])) / sum(rate(x{a="{{.Namespace}}"}[5m]))`, []string{`x{a="shop"}`}},
+		{`rate(errors_total[5m]) > bool 0.5 and up{job="x"{{.Cluster}}}`, []string{"errors_total"}},
+		{`{__name__="x"} unless count(y)`, []string{`{__name__="x"}`, "y"}},
+		{`sum(x{a="b"}{{.Cluster}})`, []string{`x{a="b"}`, "{{.Cluster}} outside a selector's braces"}},
+		{`histogram_quantile(0.99, sum by (le) (rate(z_bucket{a="1e3"{{.Cluster}}}[5m]))) > 1e3`, nil},
+	} {
+		got, err := UnscopedSelectors(tc.query)
+		require.NoError(t, err, tc.query)
+		assert.Equal(t, tc.want, got, tc.query)
+	}
+	_, err := UnscopedSelectors(`{{`)
+	assert.Error(t, err)
 }

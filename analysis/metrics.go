@@ -162,21 +162,6 @@ func ParseQueryTemplate(name, text string) (t *template.Template, usesOffset boo
 	return t, plain != offset, nil
 }
 
-// TemplateUses reports whether a template (one ParseQueryTemplate takes)
-// substitutes field.
-func TemplateUses(text, field string) bool {
-	t, err := template.New("").Parse(text)
-	if err != nil || t.Tree == nil {
-		return false
-	}
-	for _, n := range t.Tree.Root.Nodes {
-		if a, ok := n.(*parse.ActionNode); ok && fieldOf(a) == field {
-			return true
-		}
-	}
-	return false
-}
-
 // fieldOf returns the field an action such as {{.Namespace}} substitutes,
 // or "" if it does anything else.
 func fieldOf(n *parse.ActionNode) string {
