@@ -449,6 +449,17 @@ func (s *Status) labelHeld() bool {
 	return false
 }
 
+// labelHeldBy reports whether meshwave gave the label up to owner (an
+// Owner.ID, not ""), the owner it saw switch it.
+func (s *Status) labelHeldBy(owner string) bool {
+	for _, r := range s.Reverts {
+		if strings.HasPrefix(r.Object, "Namespace/") && r.Count >= labelRevertLimit && owner != "" && r.Owner == owner {
+			return true
+		}
+	}
+	return false
+}
+
 // resumeLabel forgets the label's reverts when a person resumes: meshwave
 // puts the label back again.
 func (s *Status) resumeLabel() {

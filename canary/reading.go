@@ -228,7 +228,7 @@ func (r *Reading) keptOrNew(resolve func(string) (string, bool)) (st *Status, st
 	}
 	r.Standing = StandingKept
 	if st != nil && st.serves(settings) && !r.Retargeted {
-		if why := unfoundedCompletion(r.records, st, r.Snapshot.Namespace.Labels); why != "" {
+		if why := unfoundedCompletion(r.records, st, r.Snapshot.Namespace); why != "" {
 			r.event(EventWarning, "StatusRejected", why+"; the migration starts over from where the workloads run")
 			st = nil
 		}

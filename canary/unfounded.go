@@ -20,8 +20,10 @@ import (
 //     or, for a move that enrolled the namespace in ambient,
 //     istio.io/dataplane-mode=ambient (a label a person put back is the
 //     revert check's to name);
-//   - the status records that meshwave gave the label up to whoever
-//     switches it (labelHeld): the label then shows that tool's value;
+//   - the status records that meshwave gave the label up to the GitOps
+//     tool that owns the namespace, as the namespace's own marks name it:
+//     the label then shows that tool's value (a record of a label given
+//     up to no owner, or to another, is the status's word alone);
 //   - a workload carries a move record of the migration;
 //   - a pod runs where the migration moves workloads (move records a
 //     person removed after a real completion leave the pods there).
@@ -29,10 +31,14 @@ import (
 // What is left out of a migration is the plan's to say, from the
 // workloads as they are (plan.place), never the status's: a status under
 // test could list every workload as skipped.
-func unfoundedCompletion(records func() workloadSet, st *Status, labels map[string]string) string {
-	if st == nil || st.unblockedPhase() != PhaseCompleted || st.labelHeld() {
+func unfoundedCompletion(records func() workloadSet, st *Status, ns Namespace) string {
+	if st == nil || st.unblockedPhase() != PhaseCompleted {
 		return ""
 	}
+	if o, ok := OwnerOf(ns.Labels, ns.Annotations); ok && st.labelHeldBy(o.ID()) {
+		return ""
+	}
+	labels := ns.Labels
 	if st.NamespaceEnrolled {
 		if labels[LabelDataplaneMode] == DataplaneAmbient {
 			return ""

@@ -169,3 +169,48 @@ func TestACompletedStatusThatSkipsWorkloadsThePlanWouldMoveIsRejected(t *testing
 	assert.NotEqual(t, PhaseCompleted, s.status.Phase, "stands Completed over workloads that never moved (label now %s)", s.snap.Namespace.Labels[LabelRev])
 	assert.Equal(t, map[string]int{"a": 1}, s.patches, "the migration runs: its canary moved")
 }
+
+// The status's own record of a label given up to GitOps (reverts of the
+// namespace, seen labelRevertLimit times) is the status's word, which a
+// person writes as easily as the rest: a Completed status that adds it
+// over a namespace whose label, records and pods show no move is rejected
+// like any other.
+func TestACompletedStatusThatSaysItsLabelWasGivenUpIsRejectedWhenNothingShowsTheMove(t *testing.T) {
+	forged := `{"phase":"Completed","target":"1-26","targetRevision":"1-26","sourceLabel":"1-25","sourceRevision":"1-25","wave":2,"totalWaves":2,"counts":{"total":2,"moved":2},"startedAt":"2025-12-31T00:00:00Z","completedAt":"2026-01-01T00:00:00Z","reverts":[{"object":"Namespace/shop","count":3,"at":"2026-01-01T00:00:00Z"}]}`
+	st, _, err := ParseStatus(map[string]string{AnnotationStatus: forged})
+	require.NoError(t, err, "the forgery reads back as a valid status")
+	require.True(t, st.labelHeld())
+
+	s := playForged(t, forged, nil)
+	assert.Contains(t, s.reasons(), "StatusRejected", "a Completed status over pods that all run 1-25, label 1-25, no move record")
+	assert.NotEqual(t, PhaseCompleted, s.status.Phase, "stands Completed over workloads that never moved")
+}
+
+// A completion of no wave (every injected workload already ran the
+// target) leaves no move record: once a person has switched the label to
+// another revision and restarted the workloads there, nothing in the
+// namespace shows it. The namespace is moved back to its target in gated
+// waves, the canary first, rather than by a label put back under pods
+// that would take it at their next restart, unjudged.
+func TestACompletionOfNoWaveNothingShowsAnyMoreMovesBackInWaves(t *testing.T) {
+	s := batchedSim(t, "a", "b")
+	s.install("1-27")
+	s.rollOut("1-26", "a", "b")
+	s.playUntil(PhaseCompleted)
+	require.Equal(t, 0, s.status.Wave)
+	require.Equal(t, "1-26", s.snap.Namespace.Labels[LabelRev])
+
+	// A person moves the namespace on by hand.
+	s.snap.Namespace.Labels[LabelRev] = "1-27"
+	s.rollOut("1-27", "a", "b")
+	s.events = nil
+	s.now = s.now.Add(time.Minute)
+	s.decide(nil)
+	assert.Equal(t, []string{
+		"StatusRejected: the status says every injected workload already ran 1-26, but the namespace is not labelled istio.io/rev=1-26, no workload carries a move record of it and no pod runs 1-26, while deployment a, deployment b still run elsewhere; the migration starts over from where the workloads run",
+		"MigrationStarted: moving 2 workloads from 1-27 to 1-26 in 2 waves",
+		"WaveStarted: wave 1/2 (canary) started: a",
+		"Restarted: moving to 1-26 in wave 1",
+	}, s.reasonsWithMessages())
+	assert.Equal(t, map[string]int{"a": 1}, s.patches, "the canary alone")
+}
