@@ -154,7 +154,7 @@ func fleetWait(m *machine, first bool) (string, time.Duration) {
 	}
 	before := f.Rings[r-1]
 	var soakEnd time.Time
-	var soaking string
+	var soaking, firing string
 	for _, c := range before.Clusters {
 		p := peers[c]
 		for _, name := range m.fleetNamespaces(p) {
@@ -195,6 +195,12 @@ func fleetWait(m *machine, first bool) (string, time.Duration) {
 				if err != nil {
 					return fmt.Sprintf("ring %s soaks with no alert, but the alerts of %s cannot be read: %v; missing data never advances a ring", before.Name, where, err), alertsRetry
 				}
+				if last.After(from) && m.now.Sub(last) < alertFiring {
+					// Still firing: the reason says so without the time
+					// of its last evaluation, which moves at every look.
+					firing = fmt.Sprintf("ring %s soaks: %s completed the move to %s; alert %s is firing there, and its soak of %s starts again when it stops",
+						before.Name, where, m.st.TargetRevision, alert, before.Soak)
+				}
 				if last.After(from) {
 					from, alerted = last, fmt.Sprintf("; alert %s fired there at %s, so its soak starts again from then", alert, last.UTC().Format(time.RFC3339))
 				}
@@ -204,6 +210,9 @@ func fleetWait(m *machine, first bool) (string, time.Duration) {
 			}
 		}
 	}
+	if firing != "" {
+		return firing, alertsRetry
+	}
 	if !soakEnd.IsZero() {
 		// The end, not the time left: a reason that changes at every look
 		// would be a status write at every look of a soak with no alert.
@@ -212,6 +221,11 @@ func fleetWait(m *machine, first bool) (string, time.Duration) {
 	}
 	return "", 0
 }
+
+// alertFiring is how recent an alert's last firing must be for it to be
+// read as firing still: its rule's next evaluation (every 15 s to 1 m,
+// as usual) has not resolved it yet.
+const alertFiring = 2 * time.Minute
 
 // alertsRetry is when to read the alerts again after they could not be.
 const alertsRetry = 15 * time.Second

@@ -144,3 +144,35 @@ func TestTheAlertsReadGoBackOneSoakAtMost(t *testing.T) {
 		assert.Equal(t, "2026-11-29T11:50:00Z", from, "from a soak (10m) before now")
 	}
 }
+
+// An alert that keeps firing for the namespace of the ring before is one
+// thing to wait for: each 15 s look that reads its newest firing must not
+// write the status and emit a WaitingForRing Event again, for as long as
+// it fires.
+func TestAnAlertThatKeepsFiringDoesNotWriteAtEveryLook(t *testing.T) {
+	s := soakingSim(t)
+	s.cfg.Fleet.Rings[0].Soak = 24 * time.Hour
+	s.snap.FleetAlerts = func(_, _ string, since time.Time) (time.Time, string, error) {
+		// Firing at every rule evaluation: its last firing is the last
+		// evaluation, at most 15 s ago.
+		return s.now.Truncate(15 * time.Second), "HighErrorRate", nil
+	}
+	s.now = t0.Add(time.Minute)
+	d := s.decide(nil)
+	require.NotNil(t, d.Status)
+	require.Equal(t, PhasePending, d.Status.Phase)
+
+	writes := 0
+	s.events = nil
+	for i := 0; i < 40; i++ { // ten minutes of an alert firing
+		s.now = s.now.Add(d.RequeueAfter)
+		d = s.decide(nil)
+		require.Equal(t, PhasePending, s.status.Phase)
+		if d.Status != nil {
+			writes++
+		}
+	}
+	assert.Equal(t, "the first wave of 2 waits: ring staging soaks: namespace shop in cluster staging (ring staging) completed the move to 1-26; alert HighErrorRate is firing there, and its soak of 24h0m0s starts again when it stops", s.status.Reason)
+	assert.LessOrEqual(t, writes, 1, "status writes while the same alert fired; last reason: %s", s.status.Reason)
+	assert.LessOrEqual(t, len(s.events), 1, "events: %v", s.reasons())
+}
