@@ -83,3 +83,46 @@ func TestASelectorACheckDoesNotKeepToTheClusterIsNamed(t *testing.T) {
 	_, err := UnscopedSelectors(`{{`)
 	assert.Error(t, err)
 }
+
+// A PromQL line comment (# to the end of the line) is no string: an
+// apostrophe in it must not hide the selectors of the lines after it.
+// Prometheus reads `y` below as a selector of every cluster's series.
+func TestASelectorAfterACommentIsStillNamedUnscoped(t *testing.T) {
+	q := "sum(rate(x{a=\"b\"{{.Cluster}}}[5m])) # 5xx's share\n/ sum(rate(y[5m]))"
+	got, err := UnscopedSelectors(q)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"y"}, got, q)
+}
+
+// What a comment says is not a selector: a valid, scoped query that
+// shows an example in a comment is not refused.
+func TestASelectorInACommentIsNotNamed(t *testing.T) {
+	q := "sum(rate(x{a=\"b\"{{.Cluster}}}[5m])) # e.g. x{a=\"b\"}"
+	got, err := UnscopedSelectors(q)
+	require.NoError(t, err)
+	assert.Empty(t, got, q)
+}
+
+// Space between a metric name and its braces is valid PromQL (one
+// selector): the name is not named as a selector of its own.
+func TestAMetricNameSpacedFromItsBracesIsOneScopedSelector(t *testing.T) {
+	q := `sum(rate(x {a="b"{{.Cluster}}}[5m]))`
+	got, err := UnscopedSelectors(q)
+	require.NoError(t, err)
+	assert.Empty(t, got, q)
+}
+
+// PromQL's keywords are also metric names (its grammar's
+// metric_identifier): a bare `count` or `group` selects every cluster's
+// series of that metric.
+func TestAKeywordUsedAsAMetricNameIsNamedUnscoped(t *testing.T) {
+	for _, q := range []string{
+		`sum(rate(x{a="b"{{.Cluster}}}[5m])) / count`,
+		`x{a="b"{{.Cluster}}} / group`,
+		`rate(count[5m])`,
+	} {
+		got, err := UnscopedSelectors(q)
+		require.NoError(t, err)
+		assert.NotEmpty(t, got, q)
+	}
+}

@@ -14,9 +14,9 @@ import (
 //
 // It reads the template rendered with a sentinel cluster matcher, with a
 // scan that knows of PromQL only what tells a selector apart: string
-// literals, braces, brackets, numbers and durations, function calls, and
-// the label lists of by, without, on, ignoring, group_left and
-// group_right. (Prometheus's own parser would bring its storage engine
+// literals, comments, braces, brackets, numbers and durations, function
+// calls, aggregations, and the label lists of by, without, on, ignoring,
+// group_left and group_right. (Prometheus's own parser would bring its storage engine
 // into this module.)
 func UnscopedSelectors(text string) ([]string, error) {
 	t, _, err := ParseQueryTemplate("scope", text)
@@ -52,6 +52,12 @@ func unscoped(q, matcher string) []string {
 		case c == '"' || c == '\'' || c == '`':
 			flush()
 			i = skipString(q, i)
+		case c == '#':
+			// A comment, to the end of the line.
+			flush()
+			for i < len(q) && q[i] != '\n' {
+				i++
+			}
 		case c == '{':
 			end := i + 1
 			for end < len(q) && q[end] != '}' {
@@ -89,20 +95,26 @@ func unscoped(q, matcher string) []string {
 			for next < len(q) && (q[next] == ' ' || q[next] == '\t' || q[next] == '\n' || q[next] == '\r') {
 				next++
 			}
+			lower := strings.ToLower(word)
 			switch {
 			case word == scopeSentinel:
 				out = append(out, "{{.Cluster}} outside a selector's braces")
-			case slices.Contains(labelListKeywords, strings.ToLower(word)):
-				if next < len(q) && q[next] == '(' {
-					// A list of label names, not of selectors.
-					for i = next; i < len(q) && q[i] != ')'; i++ {
-					}
-					i++
+			case slices.Contains(labelListKeywords, lower) && next < len(q) && q[next] == '(':
+				// A list of label names, not of selectors.
+				for i = next; i < len(q) && q[i] != ')'; i++ {
 				}
-			case slices.Contains(operatorKeywords, strings.ToLower(word)):
+				i++
+			case slices.Contains(labelListKeywords, lower), slices.Contains(operatorKeywords, lower):
 			case next < len(q) && q[next] == '(':
 				// A function or an aggregation.
+			case slices.Contains(aggregations, lower) && (wordAt(q, next) == "by" || wordAt(q, next) == "without"):
+				// An aggregation whose by or without comes first.
+			case next < len(q) && q[next] == '{':
+				// A metric name, its braces after a space.
+				bareName, i = word, next
 			default:
+				// A metric name; PromQL's keywords are metric names too
+				// where no operator is expected.
 				bareName = word
 			}
 		default:
@@ -117,11 +129,23 @@ func unscoped(q, matcher string) []string {
 // labelListKeywords take a parenthesised list of label names.
 var labelListKeywords = []string{"by", "without", "on", "ignoring", "group_left", "group_right"}
 
-// operatorKeywords are PromQL's words that are not series: set and
-// comparison operators, modifiers, the special numbers, and the
-// aggregations (whose by or without may come before their parentheses).
-var operatorKeywords = []string{"and", "or", "unless", "bool", "offset", "atan2", "inf", "nan", "start", "end", "group_left", "group_right",
-	"sum", "min", "max", "avg", "group", "stddev", "stdvar", "count", "count_values", "bottomk", "topk", "quantile", "limitk", "limit_ratio"}
+// operatorKeywords are PromQL's words that are not series where they
+// stand between or after expressions: binary operators, modifiers, and
+// the special numbers.
+var operatorKeywords = []string{"and", "or", "unless", "bool", "offset", "atan2", "inf", "nan"}
+
+// aggregations are PromQL's aggregation operators: series names unless
+// their parentheses, or their by or without, follow.
+var aggregations = []string{"sum", "min", "max", "avg", "group", "stddev", "stdvar", "count", "count_values", "bottomk", "topk", "quantile", "limitk", "limit_ratio"}
+
+// wordAt is the identifier at i in q, or "".
+func wordAt(q string, i int) string {
+	end := i
+	for end < len(q) && isIdent(q[end]) {
+		end++
+	}
+	return strings.ToLower(q[i:end])
+}
 
 func isIdentStart(c byte) bool {
 	return c == '_' || c == ':' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
