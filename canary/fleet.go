@@ -195,7 +195,7 @@ func fleetWait(m *machine, first bool) (string, time.Duration) {
 				if err != nil {
 					return fmt.Sprintf("ring %s soaks with no alert, but the alerts of %s cannot be read: %v; missing data never advances a ring", before.Name, where, err), alertsRetry
 				}
-				if last.After(from) && m.now.Sub(last) < alertFiring {
+				if last.After(from) && m.now.Sub(last) < min(alertFiring, before.Soak) {
 					// Still firing: the reason says so without the time
 					// of its last evaluation, which moves at every look.
 					firing = fmt.Sprintf("ring %s soaks: %s completed the move to %s; alert %s is firing there, and its soak of %s starts again when it stops",
@@ -224,7 +224,8 @@ func fleetWait(m *machine, first bool) (string, time.Duration) {
 
 // alertFiring is how recent an alert's last firing must be for it to be
 // read as firing still: its rule's next evaluation (every 15 s to 1 m,
-// as usual) has not resolved it yet.
+// as usual) has not resolved it yet. A soak shorter than that is its own
+// bound: past it, the soak from the last firing is over either way.
 const alertFiring = 2 * time.Minute
 
 // alertsRetry is when to read the alerts again after they could not be.

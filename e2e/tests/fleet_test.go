@@ -214,6 +214,39 @@ func TestAFleetMovesRingByRing(t *testing.T) {
 		assert.False(t, r.At.Before(done.CompletedAt.Add(soak)), "resumed, the second ring still waits out the first's soak")
 	})
 
+	t.Run("a wave rolled back in the first ring holds the second until a retry completes it", func(t *testing.T) {
+		const ns = "retry"
+		for _, f := range []*fixture.Fixture{staging, prodEU} {
+			f.For(t).Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, map[string]string{canary.AnnotationFailurePolicy: "Pause"}).
+				Deployment(ns, "api", fixture.Annotations(map[string]string{canary.AnnotationReadinessTimeout: "5s"})).RolledOut(ns)
+		}
+		release := holdNew(staging.For(t), ns, "api")
+		optIn(prodEU.For(t), ns, "1-26", 10)
+		optIn(staging.For(t), ns, "1-26", 10)
+		waitForPhase(staging.For(t), ns, canary.PhasePaused, 2*time.Minute)
+
+		// A person rolls the first ring's wave back.
+		release()
+		all := string(canary.RollbackAll)
+		staging.For(t).When().AnnotateNamespace(ns, canary.AnnotationRollback, &all)
+		waitForPhase(staging.For(t), ns, canary.PhaseRolledBack, 2*time.Minute)
+		waitForReason(prodEU.For(t), ns, "the first wave of 1 waits: held by namespace retry in cluster staging (ring staging), RolledBack at wave 1: ")
+		r, ok := moveRecord(prodEU.For(t), ns, "api")
+		assert.False(t, ok, "the second ring moved nothing: %+v", r)
+
+		// And retries it: the target removed and set again, unpaused.
+		staging.For(t).When().AnnotateNamespace(ns, canary.AnnotationTargetRevision, nil)
+		waitForPhase(staging.For(t), ns, canary.PhaseStopped, time.Minute)
+		staging.For(t).When().AnnotateNamespace(ns, canary.AnnotationPaused, nil)
+		optIn(staging.For(t), ns, "1-26", 10)
+		done := waitForPhase(staging.For(t), ns, canary.PhaseCompleted, 2*time.Minute)
+		final := waitForPhase(prodEU.For(t), ns, canary.PhaseCompleted, 2*time.Minute)
+		assert.Equal(t, "moved 1 workloads to 1-26 in 1 waves", final.Reason)
+		r, ok = moveRecord(prodEU.For(t), ns, "api")
+		require.True(t, ok)
+		assert.False(t, r.At.Before(done.CompletedAt.Add(soak)), "the retry completed, the second ring waits out its soak")
+	})
+
 	t.Run("a Completed status a person writes in the first ring starts nothing in the second", func(t *testing.T) {
 		const ns = "forged"
 		for _, f := range []*fixture.Fixture{staging, prodEU} {
@@ -362,8 +395,8 @@ func TestAFleetMovesRingByRing(t *testing.T) {
 			}
 		}
 		assert.Equal(t, []string{
-			"staging/staging/follow: Completed 1-26", "staging/staging/forged: Completed 1-26", "staging/staging/hold: Completed 1-26", "staging/staging/shop: Completed 1-26", "staging/staging/trust: Completed 1-27",
-			"prod/prod-eu/follow: Completed 1-26", "prod/prod-eu/forged: Completed 1-26", "prod/prod-eu/hold: Completed 1-26", "prod/prod-eu/shop: Completed 1-26", "prod/prod-eu/trust: Completed 1-27",
+			"staging/staging/follow: Completed 1-26", "staging/staging/forged: Completed 1-26", "staging/staging/hold: Completed 1-26", "staging/staging/retry: Completed 1-26", "staging/staging/shop: Completed 1-26", "staging/staging/trust: Completed 1-27",
+			"prod/prod-eu/follow: Completed 1-26", "prod/prod-eu/forged: Completed 1-26", "prod/prod-eu/hold: Completed 1-26", "prod/prod-eu/retry: Completed 1-26", "prod/prod-eu/shop: Completed 1-26", "prod/prod-eu/trust: Completed 1-27",
 			"prod/prod-us/follow: Completed 1-26", "prod/prod-us/shop: Completed 1-26", "prod/prod-us/trust: Blocked 1-27",
 			"prod/prod-ap: no kubeconfig context of this name",
 		}, got)
@@ -429,7 +462,7 @@ func TestAFleetMovesRingByRing(t *testing.T) {
 		// staging's api answers 5xx after it completed: the alert fires,
 		// and the second ring's soak starts again from its last firing.
 		staging.World.Mesh.Traffic().SetBehavior(mesh.WorkloadRef{Namespace: ns, Name: "api"}, "1-26", mesh.Behavior{ErrorRatio: 0.5, LatencyMs: 40})
-		waitForReason(prodEU.For(t), ns, "the first wave of 1 waits: ring staging soaks: namespace checked in cluster staging (ring staging) completed the move to 1-26; alert CheckedAnswers5xx fired there at ")
+		waitForReason(prodEU.For(t), ns, "the first wave of 1 waits: ring staging soaks: namespace checked in cluster staging (ring staging) completed the move to 1-26; alert CheckedAnswers5xx is firing there, and its soak of 8s starts again when it stops")
 		staging.World.Mesh.Traffic().SetBehavior(mesh.WorkloadRef{Namespace: ns, Name: "api"}, "1-26", mesh.DefaultBehavior)
 		healed := time.Now()
 
