@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -46,6 +47,15 @@ type Cluster struct {
 	cancel   context.CancelFunc
 	stops    []func()
 	stopOnce sync.Once
+}
+
+// StripManagedFields is an informer's transform that drops each object's
+// managed fields.
+func StripManagedFields(obj any) (any, error) {
+	if o, ok := obj.(metav1.Object); ok {
+		o.SetManagedFields(nil)
+	}
+	return obj, nil
 }
 
 var quietKlog sync.Once
@@ -121,7 +131,12 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	}
 	c.stops = append(c.stops, stopKCM)
 
-	factory := informers.NewSharedInformerFactory(c.Client, 0)
+	// The fake kubelet keeps only what it reads (see Kubelet.keep): a
+	// world loaded with 100,000 pods holds them in the apiserver's cache
+	// and the controllers' informers already.
+	factory := informers.NewSharedInformerFactoryWithOptions(c.Client, 0, informers.WithTransform(func(obj any) (any, error) {
+		return c.Kubelet.keep(obj)
+	}))
 	c.Kubelet = newKubelet(c.Client, opts.Kubelet)
 	// The kubelet's server stops when runCtx ends; Stop waits for it.
 	c.stops = append(c.stops, c.Kubelet.waitServed)

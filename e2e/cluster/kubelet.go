@@ -524,6 +524,27 @@ func (k *Kubelet) writeStatus(ctx context.Context, pod *corev1.Pod, status *core
 	return err
 }
 
+// keep is the transform of the kubelet's informers. A pod bound to a node
+// this kubelet does not run is kept as the little it reads of one (its
+// metadata, node and phase: it finishes the pod's deletion, and nothing
+// else), as a real kubelet watches its own node's pods only; no pod keeps
+// its managed fields. The nodes are registered before the informers start.
+func (k *Kubelet) keep(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return StripManagedFields(obj)
+	}
+	pod.ManagedFields = nil
+	if pod.Spec.NodeName == "" || slices.Contains(k.nodes, pod.Spec.NodeName) {
+		return pod, nil
+	}
+	return &corev1.Pod{
+		ObjectMeta: pod.ObjectMeta,
+		Spec:       corev1.PodSpec{NodeName: pod.Spec.NodeName},
+		Status:     corev1.PodStatus{Phase: pod.Status.Phase},
+	}, nil
+}
+
 func terminal(pod *corev1.Pod) bool {
 	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
 }

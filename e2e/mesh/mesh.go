@@ -24,6 +24,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
+
+	"github.com/meshwave/meshwave/e2e/cluster"
 )
 
 // Injection policies of a revision's injector.
@@ -205,7 +207,9 @@ func Start(ctx context.Context, opts Options) (_ *Mesh, err error) {
 		return nil, err
 	}
 
-	m.factory = informers.NewSharedInformerFactory(m.client, 0)
+	m.factory = informers.NewSharedInformerFactoryWithOptions(m.client, 0, informers.WithTransform(func(obj any) (any, error) {
+		return keepPod(obj, opts.RootNamespace)
+	}))
 	pods := m.factory.Core().V1().Pods()
 	namespaces := m.factory.Core().V1().Namespaces()
 	namespaces.Informer() // started with the factory: the exporter reads each namespace's waypoint
@@ -518,6 +522,30 @@ func (m *Mesh) observePod(obj any, deleted bool) {
 	for name, d := range istiods {
 		d.observeProxyPod(pod, running && name == rev)
 	}
+}
+
+// keepPod is the transform of the mesh's informers. A workload's pod with
+// no IP yet, or none ever (the idle pods benchmarks load), is kept as the
+// little the mesh reads of one until it has one: its metadata (the
+// sidecar's status, the workload it belongs to), its node, phase and
+// conditions; a world loaded with 100,000 pods holds them in the
+// apiserver's cache and the controllers' informers already. The pods of
+// the root namespace (istiods, ztunnels) stay whole; no pod keeps its
+// managed fields.
+func keepPod(obj any, root string) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return cluster.StripManagedFields(obj)
+	}
+	pod.ManagedFields = nil
+	if pod.Status.PodIP != "" || pod.Namespace == root {
+		return pod, nil
+	}
+	return &corev1.Pod{
+		ObjectMeta: pod.ObjectMeta,
+		Spec:       corev1.PodSpec{NodeName: pod.Spec.NodeName},
+		Status:     corev1.PodStatus{Phase: pod.Status.Phase, Conditions: pod.Status.Conditions},
+	}, nil
 }
 
 // discoveryRevision is the revision whose istiod a proxy connects to: the
