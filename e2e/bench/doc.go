@@ -2,7 +2,7 @@
 // local world: the apiserver requests of a migration beside the runbook's
 // loop, the Prometheus queries of an analysis run, the wall time of a
 // migration beside the runbook's loop at equal rollouts, and, at the
-// scale of 20,000 pods, what listing a pod costs, the agent's start-up
+// scale of 100,000 pods, what listing a pod costs, the agent's start-up
 // transfer, its memory and its reaction times. `make bench` runs the
 // benchmarks at full size and writes bench/results.md at the repository's
 // root; `make test` runs each once, small (MESHWAVE_BENCH_SMALL=1), to
