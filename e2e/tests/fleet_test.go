@@ -188,16 +188,25 @@ func TestAFleetMovesRingByRing(t *testing.T) {
 		}
 	})
 
-	t.Run("a wave failed and paused in the first ring holds the second until a person resumes it", func(t *testing.T) {
-		const ns = "hold"
+	// pausedInFirstRing opts ns in to 1-26 in staging and prod-eu, one
+	// Deployment each, and returns once staging's first wave has failed
+	// and paused (its new pod held back from Ready until release).
+	pausedInFirstRing := func(t *testing.T, ns string) (release func()) {
+		t.Helper()
 		for _, f := range []*fixture.Fixture{staging, prodEU} {
 			f.For(t).Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, map[string]string{canary.AnnotationFailurePolicy: "Pause"}).
 				Deployment(ns, "api", fixture.Annotations(map[string]string{canary.AnnotationReadinessTimeout: "5s"})).RolledOut(ns)
 		}
-		release := holdNew(staging.For(t), ns, "api")
+		release = holdNew(staging.For(t), ns, "api")
 		optIn(prodEU.For(t), ns, "1-26", 10)
 		optIn(staging.For(t), ns, "1-26", 10)
 		waitForPhase(staging.For(t), ns, canary.PhasePaused, 2*time.Minute)
+		return release
+	}
+
+	t.Run("a wave failed and paused in the first ring holds the second until a person resumes it", func(t *testing.T) {
+		const ns = "hold"
+		release := pausedInFirstRing(t, ns)
 		waitForReason(prodEU.For(t), ns, "the first wave of 1 waits: held by namespace hold in cluster staging (ring staging), Paused at wave 1: ")
 		st := status(prodEU.For(t), ns)
 		require.NotNil(t, st)
@@ -216,14 +225,7 @@ func TestAFleetMovesRingByRing(t *testing.T) {
 
 	t.Run("a wave rolled back in the first ring holds the second until a retry completes it", func(t *testing.T) {
 		const ns = "retry"
-		for _, f := range []*fixture.Fixture{staging, prodEU} {
-			f.For(t).Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, map[string]string{canary.AnnotationFailurePolicy: "Pause"}).
-				Deployment(ns, "api", fixture.Annotations(map[string]string{canary.AnnotationReadinessTimeout: "5s"})).RolledOut(ns)
-		}
-		release := holdNew(staging.For(t), ns, "api")
-		optIn(prodEU.For(t), ns, "1-26", 10)
-		optIn(staging.For(t), ns, "1-26", 10)
-		waitForPhase(staging.For(t), ns, canary.PhasePaused, 2*time.Minute)
+		release := pausedInFirstRing(t, ns)
 
 		// A person rolls the first ring's wave back.
 		release()
