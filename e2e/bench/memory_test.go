@@ -47,8 +47,7 @@ func BenchmarkAtScale(b *testing.B) {
 	nss, deps, pods, samples := 2000, 10, 5, 100
 	if small() {
 		nss, deps, pods, samples = 10, 4, 5, 5
-	}
-	if !small() {
+	} else {
 		limitMemory(b)
 	}
 	for i := 0; i < b.N; i++ {

@@ -53,12 +53,12 @@ func (c *Cluster) Store(ctx context.Context, gv schema.GroupVersion, resource st
 		}
 	}
 	for _, obj := range objs {
-		data, err := runtime.Encode(encoder, obj)
-		if err != nil {
-			return fmt.Errorf("encode %s %s/%s: %w", resource, obj.GetNamespace(), obj.GetName(), err)
-		}
 		key := path.Join(c.api.storage.Prefix, resource, obj.GetNamespace(), obj.GetName())
 		g.Go(func() error {
+			data, err := runtime.Encode(encoder, obj)
+			if err != nil {
+				return fmt.Errorf("encode %s: %w", key, err)
+			}
 			resp, err := client.Txn(gctx).
 				If(clientv3.Compare(clientv3.ModRevision(key), "=", 0)).
 				Then(clientv3.OpPut(key, string(data))).
