@@ -164,6 +164,15 @@ func (c *Controller) writeNamespace(ctx context.Context, ns *corev1.Namespace, p
 	if err != nil {
 		return err
 	}
+	if logger := klog.FromContext(ctx).V(4); logger.Enabled() {
+		var phase canary.Phase
+		var wave int
+		var waveState canary.WaveState
+		if d.Status != nil {
+			phase, wave, waveState = d.Status.Phase, d.Status.Wave, d.Status.WaveState
+		}
+		logger.Info("Writing the namespace", "phase", phase, "wave", wave, "waveState", waveState, "fenceOnly", fenceOnly)
+	}
 	var updated *corev1.Namespace
 	err = c.retryTransient(ctx, func() error {
 		var err error

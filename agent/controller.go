@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -466,6 +467,9 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	reading := canary.Read(snap, status, statusErr, c.decisions, now)
 	var verdicts []canary.Verdict
 	if wave, ok := reading.WaveToVerify(); ok {
+		if logger := klog.FromContext(ctx).V(4); logger.Enabled() {
+			logger.Info("Evaluating the wave's gates", "wave", wave.Wave, "rollback", wave.Rollback, "expect", wave.Expect, "readyWorkloads", readyWorkloads(wave))
+		}
 		verdicts = c.tracer.traced(c.gates(wave)).Evaluate(c.tracer.WaveContext(ctx, key, status), wave, now)
 		if c.observe != nil {
 			c.observe(wave, verdicts, now)
@@ -705,4 +709,20 @@ func (c *Controller) unmarkStarting(ns string) {
 	c.startMu.Lock()
 	defer c.startMu.Unlock()
 	delete(c.starting, ns)
+}
+
+// readyWorkloads names, comma-separated, the members of a wave under test
+// that have a pod Ready on the revision the wave expects: what the gates
+// are shown, for a log read when a wave waits.
+func readyWorkloads(wave canary.WaveUnderTest) string {
+	var names []string
+	for _, w := range wave.Workloads {
+		for _, p := range w.Pods {
+			if p.Revision == wave.Expect && p.Ready && !p.Terminating {
+				names = append(names, w.Name)
+				break
+			}
+		}
+	}
+	return strings.Join(names, ",")
 }

@@ -132,7 +132,7 @@ func (c cli) parseRun(args []string) (runOptions, error) {
 	cmd.shown.StringVar(&opts.metricsAddr, "metrics-address", ":8080", "where to serve /metrics, /healthz and /readyz")
 	cmd.hidden = flag.NewFlagSet("logging", flag.ContinueOnError)
 	klog.InitFlags(cmd.hidden)
-	cmd.shown.Var(cmd.hidden.Lookup("v").Value, "v", "log `level`: 0 logs what the agent does, 6 adds every Kubernetes API request")
+	cmd.shown.Var(cmd.hidden.Lookup("v").Value, "v", "log `level`: 0 logs what the agent does, 4 adds each evaluation of a wave's gates and each namespace write, 6 every Kubernetes API request")
 	cmd.helpHidden = "help-logging"
 	cmd.shown.Bool(cmd.helpHidden, false, "list klog's logging flags, which run also accepts")
 	return opts, c.parse(cmd, args)
