@@ -251,7 +251,7 @@ STUDY_RUNS ?= 10000
 bench-smoke: prometheus istio ## Each benchmark once, small, to prove it still works (part of make test).
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./canary
 	MESHWAVE_BENCH_SMALL=1 $(GO) test -run '^$$' -bench 'Holders' -benchtime 1x ./agent
-	cd e2e && MESHWAVE_BENCH_SMALL=1 $(GO) test -timeout 20m -run '^$$' -bench . -benchtime 1x -ldflags "$(K8S_LDFLAGS)" ./bench/
+	cd e2e && MESHWAVE_BENCH_SMALL=1 $(GO) test -timeout 20m -run '^Test' -bench . -benchtime 1x -ldflags "$(K8S_LDFLAGS)" ./bench/
 
 .PHONY: demo
 demo: prometheus istio ## Run the demo on the local world, then keep it up until Ctrl-C (DEMO_FLAGS=--check exits).

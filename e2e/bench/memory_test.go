@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime/debug"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"testing"
@@ -90,7 +91,9 @@ func BenchmarkAtScale(b *testing.B) {
 			"",
 			fmt.Sprintf("Both as their own processes, after their caches synced (the agent's /readyz; a GC before the plain informers' reading). Loading the objects took %s. The pods are injected as Istio injects them (istio-init and istio-proxy with their args, env, mounts and volumes, sidecar.istio.io/status) and Running.", loaded.Round(time.Second)))
 
-		r := measureReactions(b, f, samples)
+		gc := gcShareSince()
+		r := measureReactions(b, f, agentBin, dir, samples)
+		worldGC := gc()
 		b.ReportMetric(float64(percentile(r.optIn, 0.99).Milliseconds()), "optin-p99-ms")
 		b.ReportMetric(float64(percentile(r.noticed, 0.99).Milliseconds()), "noticed-p99-ms")
 		b.ReportMetric(float64(percentile(r.ready, 0.99).Milliseconds()), "ready-p99-ms")
@@ -102,7 +105,7 @@ func BenchmarkAtScale(b *testing.B) {
 			"| last pod of a wave Ready → the agent's write that says the wave passed | "+summarize(r.ready)+" |",
 			"| the wave rolled out as the rollout gate reads it (every old pod gone) → that write | "+summarize(r.rolledOut)+" |",
 			"",
-			"An agent in the benchmark's process (the world's configuration: xDS sync checked every second, 300 ms between waves), its writes timed as they leave its client. Opt-in: namespaces of two Deployments opted in one after another while paused; the first write is the status that plans them. Waves: one namespace of one-replica Deployments moved one per wave; Ready and rolled out as a watch of the benchmark sees them; the gates notice at the first evaluation of the wave's gates whose input shows the new pod Ready (agent.Options.ObserveGates). The pass waits, rightly, for the controllers to delete the old pod and for it to stop (200 ms in this world).")
+			fmt.Sprintf("The meshwave binary as its own process, with the world's configuration (xDS sync checked every second, 300 ms between waves) and the default lease times, timed by its own log at -v=4: each namespace write as it is sent, each evaluation of a wave's gates with the members it was shown Ready. Opt-in: namespaces of two Deployments opted in one after another while paused; the first write is the status that plans them. Waves: one namespace of one-replica Deployments moved one per wave; Ready and rolled out as a watch in the benchmark's process sees them; the gates notice at the first evaluation of the wave's gates shown the new pod Ready. The pass waits, rightly, for the controllers to delete the old pod and for it to stop (200 ms in this world). The world (apiserver, etcd, controllers, kubelet) runs in the benchmark's process, which spent %.1f%% of its CPU time collecting garbage while the reactions were measured.", 100*worldGC))
 	}
 }
 
@@ -449,4 +452,23 @@ func freeAddr(b testing.TB) string {
 	require.NoError(b, err)
 	defer l.Close()
 	return l.Addr().String()
+}
+
+// gcShareSince returns a function that tells what share of this
+// process's CPU time went to garbage collection since gcShareSince was
+// called.
+func gcShareSince() func() float64 {
+	read := func() (gc, total float64) {
+		samples := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}, {Name: "/cpu/classes/total:cpu-seconds"}}
+		metrics.Read(samples)
+		return samples[0].Value.Float64(), samples[1].Value.Float64()
+	}
+	gc0, total0 := read()
+	return func() float64 {
+		gc, total := read()
+		if total <= total0 {
+			return 0
+		}
+		return (gc - gc0) / (total - total0)
+	}
 }

@@ -2,7 +2,13 @@ package bench
 
 import (
 	"fmt"
-	"net/http"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -10,13 +16,10 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/utils/ptr"
 
-	"github.com/meshwave/meshwave/agent"
 	"github.com/meshwave/meshwave/canary"
 	"github.com/meshwave/meshwave/e2e/fixture"
 	"github.com/meshwave/meshwave/e2e/harness"
@@ -38,28 +41,18 @@ type reactions struct {
 	ready, rolledOut []time.Duration
 }
 
-// measureReactions runs an agent in this process against a world already
-// loaded, and measures how fast it reacts: to n namespaces opting in (each
-// paused, so that none moves anything), then to each of the n waves of one
-// namespace of n one-replica Deployments migrated one at a time.
-func measureReactions(b *testing.B, f *fixture.Fixture, n int) reactions {
+// measureReactions runs the meshwave binary, as its own process, against
+// a world already loaded, and measures how fast it reacts: to n
+// namespaces opting in (each paused, so that none moves anything), then
+// to each of the n waves of one namespace of n one-replica Deployments
+// migrated one at a time. Its own log at -v=4 says when it did what:
+// each namespace write as it is sent, each evaluation of a wave's gates
+// with the members shown Ready, each restart. The world's garbage
+// collection, in this process, does not stretch the agent's own work.
+func measureReactions(b *testing.B, f *fixture.Fixture, bin, dir string, n int) reactions {
 	b.Helper()
 	var r reactions
-	cfg := harness.Config(f)
-	cfg.CanarySize, cfg.BatchSize = 1, 1
-	// The agent's own lease times, not the scenarios' short ones: with
-	// 100,000 pods in this process the apiserver may take more than the
-	// scenarios' 2 s to answer a renewal while it serves a listing.
-	defaults := agent.DefaultConfig().LeaderElection
-	cfg.LeaderElection.LeaseDuration, cfg.LeaderElection.RenewDeadline, cfg.LeaderElection.RetryPeriod = defaults.LeaseDuration, defaults.RenewDeadline, defaults.RetryPeriod
-	log := &writeLog{}
-	seen := &gatesSaw{ready: map[string]time.Time{}}
-	a := harness.Start(f, cfg, harness.NewCounter(), "reactions", func(o *agent.Options) {
-		logWrites(b, f, log)(o)
-		o.ObserveGates = seen.observe
-	})
-	defer a.Kill()
-	waitLeading(f, cfg, "reactions")
+	log := startReactionAgent(b, f, bin, dir)
 
 	paused := map[string]string{canary.AnnotationPaused: "true"}
 	for i := 0; i < n; i++ {
@@ -76,7 +69,7 @@ func measureReactions(b *testing.B, f *fixture.Fixture, n int) reactions {
 		f.When().AnnotateNamespace(ns, canary.AnnotationTargetRevision, &target)
 		var first time.Time
 		f.EventuallyWithin("the agent's first write in "+ns, time.Minute, func() (bool, string) {
-			first = firstWrite(log.snapshot(), ns, set)
+			first = firstNamespaceWrite(log.snapshot(), ns, set)
 			return !first.IsZero(), "no write yet"
 		})
 		r.optIn = append(r.optIn, first.Sub(set))
@@ -95,88 +88,124 @@ func measureReactions(b *testing.B, f *fixture.Fixture, n int) reactions {
 	st := waitCompleted(f, ns, 30*time.Minute)
 	require.Equal(b, n, st.Wave, "one wave per Deployment: %s", st.Reason)
 
-	waves := wavesOf(log.snapshot(), ns)
-	moved := movedIn(log.snapshot(), ns)
+	lines := log.snapshot()
+	passed, moved := wavesLogged(lines, ns)
 	for k := 1; k <= n; k++ {
-		wt := waves[k]
-		require.NotNil(b, wt, "wave %d in the agent's writes", k)
-		require.Len(b, moved[k], 1, "wave %d moved one Deployment", k)
+		require.Len(b, moved[k], 1, "wave %d restarted one Deployment", k)
 		ready, rolled := watch.times(moved[k][0])
-		require.False(b, ready.IsZero() || rolled.IsZero() || wt.passed.IsZero(), "wave %d: ready %v, rolled out %v, passed %v", k, ready, rolled, wt.passed)
-		noticed := seen.readyAt(moved[k][0])
+		require.False(b, ready.IsZero() || rolled.IsZero() || passed[k].IsZero(), "wave %d: ready %v, rolled out %v, passed %v", k, ready, rolled, passed[k])
+		noticed := shownReady(lines, ns, k, moved[k][0])
 		require.False(b, noticed.IsZero(), "wave %d: the gates were never shown %s Ready", k, moved[k][0])
 		r.noticed = append(r.noticed, noticed.Sub(ready))
-		r.ready = append(r.ready, wt.passed.Sub(ready))
-		r.rolledOut = append(r.rolledOut, wt.passed.Sub(rolled))
+		r.ready = append(r.ready, passed[k].Sub(ready))
+		r.rolledOut = append(r.rolledOut, passed[k].Sub(rolled))
 	}
 	return r
 }
 
-// gatesSaw notes, per workload, when the agent's gates were first shown
-// a pod of it on the target revision Ready.
-type gatesSaw struct {
-	mu    sync.Mutex
-	ready map[string]time.Time
-}
+// The agent's log messages the reactions are read from.
+const (
+	logLeading = "Acquired the leader lease"
+	logWriting = "Writing the namespace"
+	logGates   = "Evaluating the wave's gates"
+	logRestart = "Restarted workload"
+)
 
-func (g *gatesSaw) observe(wave canary.WaveUnderTest, _ []canary.Verdict, at time.Time) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	for _, w := range wave.Workloads {
-		if _, seen := g.ready[w.Name]; seen {
-			continue
-		}
-		for _, p := range w.Pods {
-			if p.Revision == wave.Expect && p.Ready && !p.Terminating {
-				g.ready[w.Name] = at
-				break
+// startReactionAgent starts the meshwave binary with the world's agent
+// configuration (harness.Config: xDS sync checked every second, 300 ms
+// between waves), one Deployment a wave and the default lease times, at
+// -v=4, and waits until it leads. Its log goes to dir/reactions.log.
+func startReactionAgent(b *testing.B, f *fixture.Fixture, bin, dir string) *agentLog {
+	b.Helper()
+	cfg := harness.Config(f)
+	config := filepath.Join(dir, "reactions.yaml")
+	require.NoError(b, os.WriteFile(config, []byte(fmt.Sprintf(`canarySize: 1
+batchSize: 1
+readinessTimeout: %q
+delayBetweenWaves: %q
+resyncPeriod: "0s"
+gates:
+  sync:
+    port: %d
+    tokenFile: %q
+    interval: %q
+    timeout: %q
+`, cfg.ReadinessTimeout.D(), cfg.DelayBetweenWaves.D(), cfg.Gates.Sync.Port, cfg.Gates.Sync.TokenFile,
+		cfg.Gates.Sync.Interval.D(), cfg.Gates.Sync.Timeout.D())), 0o600))
+	cmd := exec.Command(bin, "run", "--kubeconfig", f.World.Cluster.Kubeconfig, "--config", config,
+		"--metrics-address", freeAddr(b), "-v=4")
+	stderr, err := cmd.StderrPipe()
+	require.NoError(b, err)
+	cmd.Stdout = io.Discard
+	raw, err := os.Create(filepath.Join(dir, "reactions.log"))
+	require.NoError(b, err)
+	require.NoError(b, cmd.Start())
+	log := newAgentLog(logLeading, logWriting, logGates, logRestart)
+	read := make(chan struct{})
+	go func() { defer close(read); log.read(stderr, raw) }()
+	b.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-read
+		_ = cmd.Wait()
+		_ = raw.Close()
+	})
+	f.EventuallyWithin("the reactions agent to lead (its log: "+raw.Name()+")", 5*time.Minute, func() (bool, string) {
+		for _, l := range log.snapshot() {
+			if l.msg == logLeading {
+				return true, ""
 			}
 		}
-	}
-}
-
-func (g *gatesSaw) readyAt(name string) time.Time {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.ready[name]
-}
-
-// waitLeading waits until the agent called identity holds the lease: its
-// caches synced before it asked for it.
-func waitLeading(f *fixture.Fixture, cfg agent.Config, identity string) {
-	f.EventuallyWithin(identity+" to lead", 5*time.Minute, func() (bool, string) {
-		l, err := f.Client.CoordinationV1().Leases(cfg.RootNamespace).Get(f.Ctx, cfg.LeaderElection.LeaseName, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		holder := ptr.Deref(l.Spec.HolderIdentity, "")
-		return holder == identity, "held by " + holder
+		return false, "not leading"
 	})
+	return log
 }
 
-// firstWrite is when the agent first wrote in a namespace after a time,
-// its Events apart.
-func firstWrite(writes []write, namespace string, after time.Time) time.Time {
-	for _, w := range writes {
-		if w.namespace == namespace && w.resource != "events" && w.at.After(after) {
-			return w.at
+// firstNamespaceWrite is when the agent first sent a write of a namespace
+// after a time.
+func firstNamespaceWrite(lines []logLine, namespace string, after time.Time) time.Time {
+	for _, l := range lines {
+		if l.msg == logWriting && l.kv["namespace"] == namespace && l.at.After(after) {
+			return l.at
 		}
 	}
 	return time.Time{}
 }
 
-// movedIn lists, per wave, the Deployments the agent patched forward.
-func movedIn(writes []write, namespace string) map[int][]string {
-	out := map[int][]string{}
-	for _, w := range writes {
-		if w.namespace != namespace || w.resource != "deployments" || w.method != http.MethodPatch {
+// wavesLogged reads a namespace's waves from the agent's log: when it
+// sent the write that says each passed (the status of a completed
+// migration, for the last), and the Deployments each restarted.
+func wavesLogged(lines []logLine, namespace string) (passed map[int]time.Time, moved map[int][]string) {
+	passed, moved = map[int]time.Time{}, map[int][]string{}
+	for _, l := range lines {
+		if l.kv["namespace"] != namespace {
 			continue
 		}
-		if rec, ok := canary.ReadMoveRecord(w.annotations); ok && !rec.Rollback {
-			out[rec.Wave] = append(out[rec.Wave], w.name)
+		wave, err := strconv.Atoi(l.kv["wave"])
+		if err != nil {
+			continue
+		}
+		switch {
+		case l.msg == logRestart && l.kv["rollback"] == "false":
+			moved[wave] = append(moved[wave], l.kv["workload"])
+		case l.msg == logWriting && (l.kv["waveState"] == string(canary.WavePassed) || l.kv["phase"] == string(canary.PhaseCompleted)):
+			if _, seen := passed[wave]; !seen {
+				passed[wave] = l.at
+			}
 		}
 	}
-	return out
+	return passed, moved
+}
+
+// shownReady is when an evaluation of a wave's gates was first shown a
+// member Ready.
+func shownReady(lines []logLine, namespace string, wave int, member string) time.Time {
+	for _, l := range lines {
+		if l.msg == logGates && l.kv["namespace"] == namespace && l.kv["wave"] == strconv.Itoa(wave) && l.kv["rollback"] == "false" &&
+			slices.Contains(strings.Split(l.kv["readyWorkloads"], ","), member) {
+			return l.at
+		}
+	}
+	return time.Time{}
 }
 
 // rolloutWatch watches a namespace's Deployments and pods, as an informer
