@@ -120,6 +120,7 @@ func (c *common) clientsWithMetadata() (kubernetes.Interface, metadata.Interface
 type runOptions struct {
 	common
 	metricsAddr string
+	profiling   bool
 }
 
 // parseRun parses run's flags. Its help lists meshwave's own flags and
@@ -130,6 +131,7 @@ func (c cli) parseRun(args []string) (runOptions, error) {
 	cmd := newCommand("run")
 	opts.register(cmd.shown)
 	cmd.shown.StringVar(&opts.metricsAddr, "metrics-address", ":8080", "where to serve /metrics, /healthz and /readyz")
+	cmd.shown.BoolVar(&opts.profiling, "profiling", false, "serve Go's profiles at /debug/pprof/ on the metrics address too")
 	cmd.hidden = flag.NewFlagSet("logging", flag.ContinueOnError)
 	klog.InitFlags(cmd.hidden)
 	cmd.shown.Var(cmd.hidden.Lookup("v").Value, "v", "log `level`: 0 logs what the agent does, 4 adds each evaluation of a wave's gates and each namespace write, 6 every Kubernetes API request")
@@ -176,7 +178,11 @@ func (cl cli) runCommand(ctx context.Context, args []string) error {
 		return err
 	}
 	defer ctrl.Shutdown()
-	srv := &http.Server{Addr: opts.metricsAddr, Handler: ctrl.Handler(reg), ReadHeaderTimeout: 5 * time.Second}
+	handler := ctrl.Handler(reg)
+	if opts.profiling {
+		handler = withProfiling(handler)
+	}
+	srv := &http.Server{Addr: opts.metricsAddr, Handler: handler, ReadHeaderTimeout: 5 * time.Second}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.ListenAndServe() }()
 	defer func() {

@@ -37,8 +37,9 @@ import (
 )
 
 // BenchmarkAtScale loads 2,000 namespaces, 20,000 Deployments and 100,000
-// injected pods (10, 40 and 200 when small) into the local world (see
-// load): the pods are bound to a node no kubelet runs, so they stay as
+// injected pods (10, 40 and 200 when small; MESHWAVE_BENCH_NAMESPACES
+// namespaces of the same 10 Deployments of 5 pods when set) into the
+// local world (see load): the pods are bound to a node no kubelet runs, so they stay as
 // created. It then starts the meshwave binary and, beside it, plain
 // full-object shared informers over the same kinds, and records each
 // one's resident memory and Go heap once its caches have synced. In the
@@ -49,6 +50,7 @@ func BenchmarkAtScale(b *testing.B) {
 	if small() {
 		nss, deps, pods, samples = 10, 4, 5, 5
 	} else {
+		nss = namespacesAtScale(b, nss)
 		limitMemory(b)
 	}
 	for i := 0; i < b.N; i++ {
@@ -89,11 +91,13 @@ func BenchmarkAtScale(b *testing.B) {
 			fmt.Sprintf("| resident memory (VmRSS) | %s | %s | %.2f |", mib(agentRSS), mib(plainRSS), float64(agentRSS)/float64(plainRSS)),
 			fmt.Sprintf("| Go heap in use after sync | %s | %s | %.2f |", mib(agentHeap), mib(plainHeap), float64(agentHeap)/float64(plainHeap)),
 			"",
-			fmt.Sprintf("Both as their own processes, after their caches synced (the agent's /readyz; a GC before the plain informers' reading). Loading the objects took %s. The pods are injected as Istio injects them (istio-init and istio-proxy with their args, env, mounts and volumes, sidecar.istio.io/status) and Running.", loaded.Round(time.Second)))
+			fmt.Sprintf("Both as their own processes, after their caches synced (the agent's /readyz, then its queue empty: the first reconciles done), each heap read after a collection (the agent's `--profiling` heap profile with `?gc=1`; a `runtime.GC` in the plain informers). Loading the objects took %s. The pods are injected as Istio injects them (istio-init and istio-proxy with their args, env, mounts and volumes, sidecar.istio.io/status) and Running.", loaded.Round(time.Second)))
 
-		gc := gcShareSince()
+		writeHeapProfile(b, "world-heap-before-reactions.pprof")
+		gc, busy, stopProfile := gcShareSince(), machineBusySince(), startCPUProfile(b, "world-cpu-reactions.pprof")
 		r := measureReactions(b, f, agentBin, dir, samples)
-		worldGC := gc()
+		worldGC, machineBusy := gc(), busy()
+		stopProfile()
 		b.ReportMetric(float64(percentile(r.optIn, 0.99).Milliseconds()), "optin-p99-ms")
 		b.ReportMetric(float64(percentile(r.noticed, 0.99).Milliseconds()), "noticed-p99-ms")
 		b.ReportMetric(float64(percentile(r.ready, 0.99).Milliseconds()), "ready-p99-ms")
@@ -101,11 +105,12 @@ func BenchmarkAtScale(b *testing.B) {
 			"| | p50 / p99 / max |",
 			"|---|---|",
 			"| the request setting `meshwave.io/target-revision` → the agent's first write in the namespace | "+summarize(r.optIn)+" |",
+			"| that request → the apiserver's answer to it, read in the benchmark's process (the world's latency) | "+summarize(r.answered)+" |",
 			"| last pod of a wave Ready → the wave's gates shown it Ready (the gates notice) | "+summarize(r.noticed)+" |",
 			"| last pod of a wave Ready → the agent's write that says the wave passed | "+summarize(r.ready)+" |",
 			"| the wave rolled out as the rollout gate reads it (every old pod gone) → that write | "+summarize(r.rolledOut)+" |",
 			"",
-			fmt.Sprintf("The meshwave binary as its own process, with the world's configuration (xDS sync checked every second, 300 ms between waves) and the default lease times, timed by its own log at -v=4: each namespace write as it is sent, each evaluation of a wave's gates with the members it was shown Ready. Opt-in: namespaces of two Deployments opted in one after another while paused; the first write is the status that plans them. Waves: one namespace of one-replica Deployments moved one per wave; Ready and rolled out as a watch in the benchmark's process sees them; the gates notice at the first evaluation of the wave's gates shown the new pod Ready. The pass waits, rightly, for the controllers to delete the old pod and for it to stop (200 ms in this world). The world (apiserver, etcd, controllers, kubelet) runs in the benchmark's process, which spent %.1f%% of its CPU time collecting garbage while the reactions were measured.", 100*worldGC))
+			fmt.Sprintf("The meshwave binary as its own process, with the world's configuration (xDS sync checked every second, 300 ms between waves) and the default lease times, timed by its own log at -v=4: each namespace write as it is sent, each evaluation of a wave's gates with the members it was shown Ready. Opt-in: namespaces of two Deployments opted in one after another while paused; the first write is the status that plans them. Waves: one namespace of one-replica Deployments moved one per wave; Ready and rolled out as a watch in the benchmark's process sees them; the gates notice at the first evaluation of the wave's gates shown the new pod Ready. The pass waits, rightly, for the controllers to delete the old pod and for it to stop (200 ms in this world). The world (apiserver, etcd, controllers, kubelet) runs in the benchmark's process, which spent %.1f%% of its CPU time collecting garbage while the reactions were measured; the machine's cores were busy %.0f%% of that time.", 100*worldGC, 100*machineBusy))
 	}
 }
 
@@ -185,6 +190,21 @@ func load(b testing.TB, ctx context.Context, f *fixture.Fixture, client kubernet
 		}
 		return false
 	}, 5*time.Minute, time.Second, "the loaded pods as the apiserver's cache lists them: %d of %d", served, nss*deps*pods)
+}
+
+// namespacesAtScale is MESHWAVE_BENCH_NAMESPACES, when set: the number of
+// namespaces of 10 Deployments of 5 pods to load instead of 2,000 (400
+// for the 20,000 pods of earlier figures).
+func namespacesAtScale(b testing.TB, otherwise int) int {
+	b.Helper()
+	raw := os.Getenv("MESHWAVE_BENCH_NAMESPACES")
+	if raw == "" {
+		return otherwise
+	}
+	n, err := strconv.Atoi(raw)
+	require.NoError(b, err, "MESHWAVE_BENCH_NAMESPACES=%q is not a whole number", raw)
+	require.True(b, n >= 1 && n <= 10000, "MESHWAVE_BENCH_NAMESPACES=%d is not between 1 and 10000", n)
+	return n
 }
 
 // limitMemory sets the process's soft memory limit (the GOMEMLIMIT the
@@ -319,7 +339,7 @@ func runAgent(b testing.TB, f *fixture.Fixture, dir, bin string, v agentVariant)
 	config := filepath.Join(dir, "config.yaml")
 	require.NoError(b, os.WriteFile(config, []byte("leaderElection:\n  enabled: false\n"), 0o600))
 	cmd := exec.Command(bin, "run", "--kubeconfig", f.World.Cluster.Kubeconfig, "--config", config, "--metrics-address", addr,
-		"--kube-api-encoding", v.encoding)
+		"--kube-api-encoding", v.encoding, "--profiling")
 	cmd.Env = append(os.Environ(), fmt.Sprintf("KUBE_FEATURE_WatchListClient=%t", v.watchList))
 	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
 	start := time.Now()
@@ -342,10 +362,35 @@ func runAgent(b testing.TB, f *fixture.Fixture, dir, bin string, v agentVariant)
 	metrics := scrape(b, addr)
 	run.received = int64(metricValue(b, metrics, "meshwave_kube_received_bytes_total"))
 	run.cpu = metricValue(b, metrics, "process_cpu_seconds_total")
-	time.Sleep(5 * time.Second) // settle: the first reconciles, a GC
+	// Settled: the first reconciles of the opted-in namespaces done, the
+	// queue empty. Then, as the plain informers do, a collection before
+	// the heap is read (the profile's ?gc=1).
+	require.Eventually(b, func() bool {
+		m := scrape(b, addr)
+		return metricSum(m, "meshwave_workqueue_adds_total") > 0 && metricSum(m, "meshwave_workqueue_depth") == 0 &&
+			metricSum(m, "meshwave_workqueue_unfinished_work_seconds") == 0
+	}, 5*time.Minute, 100*time.Millisecond, "the agent's queue to empty after sync (%s)", v)
+	resp, err := http.Get("http://" + addr + "/debug/pprof/heap?gc=1")
+	require.NoError(b, err)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	require.Equal(b, http.StatusOK, resp.StatusCode)
 	run.heap = int64(metricValue(b, scrape(b, addr), "go_memstats_heap_inuse_bytes"))
 	run.rss = vmRSS(b, cmd.Process.Pid)
 	return run
+}
+
+// metricSum adds up every series of a metric in a scrape, whatever its
+// labels; 0 when it has none.
+func metricSum(metrics []byte, name string) float64 {
+	var sum float64
+	for _, m := range regexp.MustCompile(`(?m)^`+name+`(?:\{[^}]*\})? ([0-9.e+-]+)$`).FindAllSubmatch(metrics, -1) {
+		v, err := strconv.ParseFloat(string(m[1]), 64)
+		if err == nil {
+			sum += v
+		}
+	}
+	return sum
 }
 
 // scrape reads the agent's /metrics.

@@ -31,6 +31,9 @@ type reactions struct {
 	// optIn: from the target-revision annotation being set to the
 	// agent's first write in that namespace.
 	optIn []time.Duration
+	// answered: from that request to the apiserver's answer to it, as the
+	// benchmark reads it: the world's own latency, beside optIn.
+	answered []time.Duration
 	// noticed: from the last pod of a wave becoming Ready to the first
 	// evaluation of the wave's gates that is shown it Ready.
 	noticed []time.Duration
@@ -67,6 +70,7 @@ func measureReactions(b *testing.B, f *fixture.Fixture, bin, dir string, n int) 
 		// the apiserver's answer to this request is read.
 		set := time.Now()
 		f.When().AnnotateNamespace(ns, canary.AnnotationTargetRevision, &target)
+		r.answered = append(r.answered, time.Since(set))
 		var first time.Time
 		f.EventuallyWithin("the agent's first write in "+ns, time.Minute, func() (bool, string) {
 			first = firstNamespaceWrite(log.snapshot(), ns, set)
@@ -114,7 +118,8 @@ const (
 // startReactionAgent starts the meshwave binary with the world's agent
 // configuration (harness.Config: xDS sync checked every second, 300 ms
 // between waves), one Deployment a wave and the default lease times, at
-// -v=4, and waits until it leads. Its log goes to dir/reactions.log.
+// -v=4, and waits until it leads. Its log goes to reactions.log in dir, or
+// in the profile directory when one is set.
 func startReactionAgent(b *testing.B, f *fixture.Fixture, bin, dir string) *agentLog {
 	b.Helper()
 	cfg := harness.Config(f)
@@ -137,7 +142,12 @@ gates:
 	stderr, err := cmd.StderrPipe()
 	require.NoError(b, err)
 	cmd.Stdout = io.Discard
-	raw, err := os.Create(filepath.Join(dir, "reactions.log"))
+	logDir := dir
+	if profileDir() != "" {
+		logDir = profileDir()
+		require.NoError(b, os.MkdirAll(logDir, 0o755))
+	}
+	raw, err := os.Create(filepath.Join(logDir, "reactions.log"))
 	require.NoError(b, err)
 	require.NoError(b, cmd.Start())
 	log := newAgentLog(logLeading, logWriting, logGates, logRestart)

@@ -535,3 +535,34 @@ func TestTheChartKeepsLeaderElectionSafe(t *testing.T) {
 		assert.Equal(t, []any{"meshwave"}, rules[1].(map[string]any)["resourceNames"])
 	})
 }
+
+// TestTheChartServesProfilesOnlyWhenAsked renders the agent's command
+// line: Go's profiles are served on the unauthenticated metrics port only
+// with metrics.profiling=true, and a value that is not a boolean is
+// refused with the key named.
+func TestTheChartServesProfilesOnlyWhenAsked(t *testing.T) {
+	chart := filepath.Join(repoRoot(t), "charts", "meshwave")
+	args := func(t *testing.T, set ...string) []any {
+		t.Helper()
+		cmd := []string{"template", "meshwave", chart, "--namespace", "istio-system"}
+		for _, s := range set {
+			cmd = append(cmd, "--set", s)
+		}
+		for _, o := range decodeObjects(t, helm(t, cmd...)) {
+			if o.GetKind() == "Deployment" && o.GetName() == "meshwave" {
+				containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+				require.Len(t, containers, 1)
+				return containers[0].(map[string]any)["args"].([]any)
+			}
+		}
+		require.FailNow(t, "no Deployment meshwave rendered")
+		return nil
+	}
+	assert.Equal(t, []any{"run", "--config=/etc/meshwave/config.yaml", "--metrics-address=:8080"}, args(t))
+	assert.Equal(t, []any{"run", "--config=/etc/meshwave/config.yaml", "--metrics-address=:9090", "--profiling"},
+		args(t, "metrics.profiling=true", "metrics.port=9090"))
+	_, stderr, err := runHelm(t, "template", "meshwave", chart, "--namespace", "istio-system", "--set-string", "metrics.profiling=yes")
+	require.Error(t, err)
+	assert.Contains(t, stderr, "metrics.profiling")
+	assert.Contains(t, stderr, "boolean")
+}
