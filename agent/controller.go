@@ -392,7 +392,11 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	}
 	defer c.queue.Done(key)
 	start := c.clock.Now()
-	err := c.sync(klog.NewContext(ctx, klog.FromContext(ctx).WithValues("namespace", key)), key)
+	logger := klog.FromContext(ctx).WithValues("namespace", key)
+	err := c.sync(klog.NewContext(ctx, logger), key)
+	if v := logger.V(5); v.Enabled() {
+		v.Info("Reconciled the namespace", "took", c.clock.Since(start), "failed", err != nil)
+	}
 	if c.metrics != nil {
 		c.metrics.reconcileDuration.Observe(c.clock.Since(start).Seconds())
 		if err != nil {
@@ -446,6 +450,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	if !c.expect.satisfied(ns, c.cachedWorkload(ns.Name), c.cachedPod(ns.Name), c.clock.Now()) {
 		// Our last writes are not in the cache yet; their events requeue
 		// the namespace, and this is a backstop.
+		klog.FromContext(ctx).V(5).Info("The caches do not show the agent's last writes yet; deciding once they do")
 		c.queue.AddAfter(key, 200*time.Millisecond)
 		return nil
 	}

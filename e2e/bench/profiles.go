@@ -1,6 +1,10 @@
 package bench
 
 import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -8,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -89,5 +94,42 @@ func machineBusySince() func() float64 {
 			return 0
 		}
 		return (busy - busy0) / (total - total0)
+	}
+}
+
+// profileAgentCPU asks the agent serving at addr for a CPU profile of the
+// next d into name in the profile directory, when one is set; the
+// function it returns waits for it.
+func profileAgentCPU(b testing.TB, addr, name string, d time.Duration) (wait func()) {
+	b.Helper()
+	dir := profileDir()
+	if dir == "" {
+		return func() {}
+	}
+	done := make(chan error, 1)
+	go func() {
+		resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, int(d.Seconds())))
+		if err != nil {
+			done <- err
+			return
+		}
+		defer resp.Body.Close()
+		f, err := os.Create(filepath.Join(dir, name))
+		if err != nil {
+			done <- err
+			return
+		}
+		_, err = io.Copy(f, resp.Body)
+		done <- errors.Join(err, f.Close())
+	}()
+	return func() { require.NoError(b, <-done, "the agent's CPU profile %s", name) }
+}
+
+// saveAgentMetrics writes the agent's /metrics to name in the profile
+// directory, when one is set.
+func saveAgentMetrics(b testing.TB, addr, name string) {
+	b.Helper()
+	if dir := profileDir(); dir != "" {
+		require.NoError(b, os.WriteFile(filepath.Join(dir, name), scrape(b, addr), 0o644))
 	}
 }

@@ -55,7 +55,8 @@ type reactions struct {
 func measureReactions(b *testing.B, f *fixture.Fixture, bin, dir string, n int) reactions {
 	b.Helper()
 	var r reactions
-	log := startReactionAgent(b, f, bin, dir)
+	log, addr := startReactionAgent(b, f, bin, dir)
+	defer saveAgentMetrics(b, addr, "reactions-metrics.txt")
 
 	paused := map[string]string{canary.AnnotationPaused: "true"}
 	for i := 0; i < n; i++ {
@@ -63,6 +64,7 @@ func measureReactions(b *testing.B, f *fixture.Fixture, bin, dir string, n int) 
 		f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, paused).
 			Deployment(ns, "svc-a", fixture.Replicas(1)).Deployment(ns, "svc-b", fixture.Replicas(1))
 	}
+	profiled := profileAgentCPU(b, addr, "reactions-cpu-optin.pprof", 30*time.Second)
 	for i := 0; i < n; i++ {
 		ns := fmt.Sprintf("react-%03d", i)
 		target := "1-26"
@@ -79,6 +81,8 @@ func measureReactions(b *testing.B, f *fixture.Fixture, bin, dir string, n int) 
 		r.optIn = append(r.optIn, first.Sub(set))
 	}
 
+	profiled()
+
 	ns := "react-waves"
 	g := f.Given().Namespace(ns, map[string]string{mesh.LabelRev: "1-25"}, nil)
 	for w := 0; w < n; w++ {
@@ -88,8 +92,10 @@ func measureReactions(b *testing.B, f *fixture.Fixture, bin, dir string, n int) 
 	watch := watchRollouts(b, f, ns)
 	defer watch.stop()
 	target := "1-26"
+	profiled = profileAgentCPU(b, addr, "reactions-cpu-waves.pprof", 60*time.Second)
 	f.When().AnnotateNamespace(ns, canary.AnnotationTargetRevision, &target)
 	st := waitCompleted(f, ns, 30*time.Minute)
+	profiled()
 	require.Equal(b, n, st.Wave, "one wave per Deployment: %s", st.Reason)
 
 	lines := log.snapshot()
@@ -119,8 +125,10 @@ const (
 // configuration (harness.Config: xDS sync checked every second, 300 ms
 // between waves), one Deployment a wave and the default lease times, at
 // -v=4, and waits until it leads. Its log goes to reactions.log in dir, or
-// in the profile directory when one is set.
-func startReactionAgent(b *testing.B, f *fixture.Fixture, bin, dir string) *agentLog {
+// in the profile directory when one is set, and then at -v=5 (each
+// reconcile), with its profiles served. It returns the log and where the
+// agent serves its metrics.
+func startReactionAgent(b *testing.B, f *fixture.Fixture, bin, dir string) (*agentLog, string) {
 	b.Helper()
 	cfg := harness.Config(f)
 	config := filepath.Join(dir, "reactions.yaml")
@@ -137,8 +145,13 @@ gates:
     timeout: %q
 `, cfg.ReadinessTimeout.D(), cfg.DelayBetweenWaves.D(), cfg.Gates.Sync.Port, cfg.Gates.Sync.TokenFile,
 		cfg.Gates.Sync.Interval.D(), cfg.Gates.Sync.Timeout.D())), 0o600))
-	cmd := exec.Command(bin, "run", "--kubeconfig", f.World.Cluster.Kubeconfig, "--config", config,
-		"--metrics-address", freeAddr(b), "-v=4")
+	addr, verbosity := freeAddr(b), "-v=4"
+	args := []string{"run", "--kubeconfig", f.World.Cluster.Kubeconfig, "--config", config, "--metrics-address", addr}
+	if profileDir() != "" {
+		verbosity = "-v=5"
+		args = append(args, "--profiling")
+	}
+	cmd := exec.Command(bin, append(args, verbosity)...)
 	stderr, err := cmd.StderrPipe()
 	require.NoError(b, err)
 	cmd.Stdout = io.Discard
@@ -167,7 +180,7 @@ gates:
 		}
 		return false, "not leading"
 	})
-	return log
+	return log, addr
 }
 
 // firstNamespaceWrite is when the agent first sent a write of a namespace
