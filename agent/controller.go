@@ -211,10 +211,7 @@ func (c *Controller) addHandlers() error {
 		UpdateFunc: func(old, obj any) {
 			c.enqueueNamespace(obj)
 			// A namespace that took or freed a slot changes who may start.
-			o, n := old.(*corev1.Namespace), obj.(*corev1.Namespace)
-			if o.Annotations[canary.AnnotationStatus] != n.Annotations[canary.AnnotationStatus] ||
-				o.Annotations[canary.AnnotationTargetRevision] != n.Annotations[canary.AnnotationTargetRevision] ||
-				o.Annotations[canary.AnnotationPriority] != n.Annotations[canary.AnnotationPriority] {
+			if o, n := old.(*corev1.Namespace), obj.(*corev1.Namespace); c.changesAdmission(o, n) {
 				c.enqueueAwaitingAdmission()
 			}
 		},
@@ -289,14 +286,38 @@ func (c *Controller) enqueueOwnerNamespace(obj any) {
 	}
 }
 
+// changesAdmission reports whether an update of a namespace changes what
+// the namespaces waiting for a slot read of it: whether it is a peer, and
+// its priority, phase, slot and wait for its ring (canary.Peer). A wave's
+// progress written by a namespace migrating changes none of them, and
+// waking every namespace that waits on each such write made a wave cost
+// as many reconciles as there are namespaces waiting. When the mesh
+// cannot be read it says yes: waking them is the careful answer.
+func (c *Controller) changesAdmission(old, cur *corev1.Namespace) bool {
+	if old.Annotations[canary.AnnotationStatus] == cur.Annotations[canary.AnnotationStatus] &&
+		old.Annotations[canary.AnnotationTargetRevision] == cur.Annotations[canary.AnnotationTargetRevision] &&
+		old.Annotations[canary.AnnotationPriority] == cur.Annotations[canary.AnnotationPriority] {
+		return false
+	}
+	mesh, err := c.caches.revisions()
+	if err != nil {
+		return true
+	}
+	workloads := func() ([]canary.Workload, error) { return c.caches.recordsOf(cur.Name) }
+	before, was := canary.PeerOf(old.Name, old.Annotations, mesh.Resolve, workloads)
+	after, is := canary.PeerOf(cur.Name, cur.Annotations, mesh.Resolve, workloads)
+	return was != is || before != after
+}
+
 // enqueueAwaitingAdmission enqueues the namespaces whose decision depends
-// on the others' slots: those opted in that hold none and have not ended.
-// Only their admission reads the peers; a namespace migrating, or done,
-// decides the same whatever the others do, and reconciling every one on
-// every status write made each write cost as many reconciles as there
-// are opted-in namespaces. One paused before its first wave waits for
-// meshwave.io/paused to go, a change of its own that wakes it, and is
-// left alone too.
+// on the others' slots: those opted in that wait for one (Pending, or with
+// no status yet). Only their admission reads the peers; a namespace
+// migrating, or done, decides the same whatever the others do, and
+// reconciling every one on every status write made each write cost as
+// many reconciles as there are opted-in namespaces. One paused before its
+// first wave waits for meshwave.io/paused to go, and one Blocked for its
+// input or a precheck to be fixed: changes of their own, or of the mesh,
+// that wake them. Both are left alone too.
 func (c *Controller) enqueueAwaitingAdmission() {
 	nss, err := c.caches.Namespaces.List(labels.Everything())
 	if err != nil {
@@ -308,7 +329,7 @@ func (c *Controller) enqueueAwaitingAdmission() {
 		return
 	}
 	for _, ns := range nss {
-		if p, ok := c.caches.peerOf(ns, mesh.Resolve); ok && !p.HoldsSlot && !canary.Terminal(p.Phase) && p.Phase != canary.PhasePaused {
+		if p, ok := c.caches.peerOf(ns, mesh.Resolve); ok && !p.HoldsSlot && (p.Phase == canary.PhasePending || p.Phase == "") {
 			c.queue.Add(ns.Name)
 		}
 	}

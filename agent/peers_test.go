@@ -214,10 +214,13 @@ func TestThePeerMemoForgetsDeletedNamespaces(t *testing.T) {
 	assert.Equal(t, 1, m.size())
 }
 
-// A status write wakes the namespaces whose decision reads the peers:
-// those waiting for a slot. One paused before its first wave waits for a
-// person, not a slot, and one migrating or done decides the same whatever
-// the others do; each of those wakes on its own changes.
+// A status write that changes a namespace as a peer wakes the namespaces
+// whose decision reads the peers: those waiting for a slot. One paused
+// before its first wave waits for a person, one Blocked for its input or
+// a precheck to be fixed, and one migrating or done decides the same
+// whatever the others do; each of those wakes on its own changes. A
+// wave's progress, which changes nothing the peers read, wakes no one but
+// its own namespace.
 func TestAStatusWriteWakesOnlyTheNamespacesWaitingForASlot(t *testing.T) {
 	c, client, ctx := startTestController(t, nil, nil)
 	status := func(phase canary.Phase, wave int) string {
@@ -229,6 +232,9 @@ func TestAStatusWriteWakesOnlyTheNamespacesWaitingForASlot(t *testing.T) {
 		require.NoError(t, err)
 		return raw
 	}
+	blocked, err := (&canary.Status{Phase: canary.PhaseBlocked, BlockedKind: canary.BlockedPrecheck, BlockedPhase: canary.PhasePending,
+		Reason: "no istiod of revision 1-26 is ready", Target: "1-26", TargetRevision: "1-26"}).Encode()
+	require.NoError(t, err)
 	for name, ann := range map[string]map[string]string{
 		"waiting":       {canary.AnnotationTargetRevision: "1-26", canary.AnnotationStatus: status(canary.PhasePending, 0)},
 		"new":           {canary.AnnotationTargetRevision: "1-26"},
@@ -236,6 +242,7 @@ func TestAStatusWriteWakesOnlyTheNamespacesWaitingForASlot(t *testing.T) {
 		"migrating":     {canary.AnnotationTargetRevision: "1-26", canary.AnnotationStatus: status(canary.PhaseMigrating, 1)},
 		"paused-after":  {canary.AnnotationTargetRevision: "1-26", canary.AnnotationPaused: "true", canary.AnnotationStatus: status(canary.PhasePaused, 1)},
 		"done":          {canary.AnnotationTargetRevision: "1-26", canary.AnnotationStatus: status(canary.PhaseCompleted, 0)},
+		"blocked":       {canary.AnnotationTargetRevision: "1-26", canary.AnnotationStatus: blocked},
 		"not-opted-in":  nil,
 	} {
 		_, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: ann}}, metav1.CreateOptions{})
@@ -249,22 +256,28 @@ func TestAStatusWriteWakesOnlyTheNamespacesWaitingForASlot(t *testing.T) {
 		c.queue.Done(key)
 	}
 
-	ns, err := client.CoreV1().Namespaces().Get(ctx, "migrating", metav1.GetOptions{})
-	require.NoError(t, err)
-	ns.Annotations[canary.AnnotationStatus] = status(canary.PhaseMigrating, 2)
-	_, err = client.CoreV1().Namespaces().Update(ctx, ns, metav1.UpdateOptions{})
-	require.NoError(t, err)
-	require.Eventually(t, func() bool { return c.queue.Len() > 0 }, 5*time.Second, 10*time.Millisecond)
-	time.Sleep(100 * time.Millisecond)
-	var woken []string
-	for c.queue.Len() > 0 {
-		key, _ := c.queue.Get()
-		woken = append(woken, key)
-		c.queue.Done(key)
+	write := func(st string) []string {
+		t.Helper()
+		ns, err := client.CoreV1().Namespaces().Get(ctx, "migrating", metav1.GetOptions{})
+		require.NoError(t, err)
+		ns.Annotations[canary.AnnotationStatus] = st
+		_, err = client.CoreV1().Namespaces().Update(ctx, ns, metav1.UpdateOptions{})
+		require.NoError(t, err)
+		require.Eventually(t, func() bool { return c.queue.Len() > 0 }, 5*time.Second, 10*time.Millisecond)
+		time.Sleep(100 * time.Millisecond)
+		var woken []string
+		for c.queue.Len() > 0 {
+			key, _ := c.queue.Get()
+			woken = append(woken, key)
+			c.queue.Forget(key)
+			c.queue.Done(key)
+		}
+		sort.Strings(woken)
+		return woken
 	}
-	sort.Strings(woken)
-	// shop: opted in with no status (objects()).
-	assert.Equal(t, []string{"migrating", "new", "shop", "waiting"}, woken)
+	assert.Equal(t, []string{"migrating"}, write(status(canary.PhaseMigrating, 2)), "the next wave holds the same slot")
+	// The slot freed: shop is opted in with no status (objects()).
+	assert.Equal(t, []string{"migrating", "new", "shop", "waiting"}, write(status(canary.PhaseCompleted, 0)))
 }
 
 // The informers stamp a namespace on every change of its workloads, so the
