@@ -1,0 +1,113 @@
+package agent
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/meshwave/meshwave/canary"
+)
+
+// concurrency 1. shop is opted in with no status (objects()); its
+// Deployment cart carries a move record of a migration to 1-26 (a
+// manifest copied with its annotations, a restore): as a peer, shop holds
+// the slot. app (before shop by name, same priority) decides: Pending,
+// "waiting for a free slot: 1 of 1 in use by shop". The record is then
+// taken off cart before shop's own reconcile adopted it: a workload event,
+// which enqueues shop only. shop decides: no status, no records, app is
+// first in line, so shop writes Pending "waiting for its turn: app go
+// first". PeerOf(shop's old annotations) and PeerOf(new) are both read
+// with the records as they are now, so both are {Pending, no slot}:
+// changesAdmission says no, and app is never woken. app waits for a slot
+// nobody holds, shop waits for app: until a resync or an unrelated event.
+func TestZZAttackRecordFlipThenEqualStatusWriteWakesNoOne(t *testing.T) {
+	var clock *clocktesting.FakeClock
+	c, client, ctx := startTestController(t, record.NewFakeRecorder(1000), func(c *Controller) {
+		addOptedInNamespace(t, c, "app")
+		clock = c.clock.(*clocktesting.FakeClock)
+	})
+	mesh, err := c.caches.revisions()
+	require.NoError(t, err)
+	shopPeer := func() canary.Peer {
+		ns, err := c.caches.Namespaces.Get("shop")
+		require.NoError(t, err)
+		p, _ := c.caches.peerOf(ns, mesh.Resolve)
+		return p
+	}
+	setRecord := func(raw string) {
+		d, err := client.AppsV1().Deployments("shop").Get(ctx, "cart", metav1.GetOptions{})
+		require.NoError(t, err)
+		if raw == "" {
+			delete(d.Annotations, canary.AnnotationMove)
+		} else {
+			d.Annotations[canary.AnnotationMove] = raw
+		}
+		_, err = client.AppsV1().Deployments("shop").Update(ctx, d, metav1.UpdateOptions{})
+		require.NoError(t, err)
+	}
+	at := now.Add(-time.Hour)
+	rec := canary.MoveRecord{Revision: "1-26", From: "1-25", Wave: 1, At: at, Migration: canary.MigrationID("1-26", at)}
+	setRecord(rec.Encode())
+	require.Eventually(t, func() bool { return shopPeer().HoldsSlot }, 5*time.Second, 10*time.Millisecond)
+
+	status := func(name string) *canary.Status {
+		ns, err := c.caches.Namespaces.Get(name)
+		if err != nil {
+			return nil
+		}
+		st, _, _ := canary.ParseStatus(ns.Annotations)
+		return st
+	}
+	require.Eventually(t, func() bool {
+		ns, err := c.caches.Namespaces.Get("app")
+		return err == nil && c.expect.satisfied(ns, c.cachedWorkload("app"), c.cachedPod("app"), clock.Now())
+	}, 5*time.Second, 10*time.Millisecond)
+	require.NoError(t, c.sync(ctx, "app"))
+	require.Eventually(t, func() bool { return status("app") != nil }, 5*time.Second, 10*time.Millisecond)
+	require.Equal(t, "Pending: waiting for a free slot: 1 of 1 in use by shop", string(status("app").Phase)+": "+status("app").Reason)
+
+	drain := func() map[string]bool {
+		time.Sleep(200 * time.Millisecond)
+		woken := map[string]bool{}
+		for c.queue.Len() > 0 {
+			key, _ := c.queue.Get()
+			woken[key] = true
+			c.queue.Forget(key)
+			c.queue.Done(key)
+		}
+		return woken
+	}
+	t.Logf("queued before the record's removal (app's own write): %v", drain())
+	setRecord("")
+	require.Eventually(t, func() bool { return !shopPeer().HoldsSlot }, 5*time.Second, 10*time.Millisecond)
+	t.Logf("woken by the record's removal: %v", drain())
+
+	require.Eventually(t, func() bool {
+		ns, err := c.caches.Namespaces.Get("shop")
+		return err == nil && c.expect.satisfied(ns, c.cachedWorkload("shop"), c.cachedPod("shop"), clock.Now())
+	}, 5*time.Second, 10*time.Millisecond)
+	require.NoError(t, c.sync(ctx, "shop"))
+	require.Eventually(t, func() bool { return status("shop") != nil }, 5*time.Second, 10*time.Millisecond)
+	t.Logf("shop wrote: %s: %s", status("shop").Phase, status("shop").Reason)
+	woken := drain()
+	t.Logf("woken by shop's status write: %v", woken)
+
+	ok, why := canary.Admit(canary.Peer{Name: "app", Priority: 100, Phase: canary.PhasePending}, func() []canary.Peer {
+		ps, err := c.caches.peers("app", mesh.Resolve)
+		require.NoError(t, err)
+		return ps
+	}(), 1)
+	require.True(t, ok, why)
+	assert.True(t, woken["app"], "app may start now, still says %q, and nothing wakes it", status("app").Reason)
+
+	// What app's decision would do if woken.
+	clock.Step(time.Second)
+	require.NoError(t, c.sync(ctx, "app"))
+	require.Eventually(t, func() bool { return status("app").Phase != canary.PhasePending }, 5*time.Second, 10*time.Millisecond)
+	t.Logf("app once reconciled: %s", status("app").Phase)
+}
