@@ -111,3 +111,110 @@ func TestZZAttackRecordFlipThenEqualStatusWriteWakesNoOne(t *testing.T) {
 	require.Eventually(t, func() bool { return status("app").Phase != canary.PhasePending }, 5*time.Second, 10*time.Millisecond)
 	t.Logf("app once reconciled: %s", status("app").Phase)
 }
+
+// Pre-existing (fails on c738b5f^ too): shop Completed; a Deployment copied
+// with a newer move record appears (shop holds the slot as a peer) and is
+// deleted before shop adopts it. The workload events enqueue shop only,
+// shop's decision writes nothing, and app, Pending "in use by shop", is
+// never woken.
+func TestZZAttackTransientRecordUnderCompletedWakesNoOne(t *testing.T) {
+	var clock *clocktesting.FakeClock
+	c, client, ctx := startTestController(t, record.NewFakeRecorder(1000), func(c *Controller) {
+		addOptedInNamespace(t, c, "app")
+		clock = c.clock.(*clocktesting.FakeClock)
+	})
+	mesh, err := c.caches.revisions()
+	require.NoError(t, err)
+	status := func(name string) *canary.Status {
+		ns, err := c.caches.Namespaces.Get(name)
+		if err != nil {
+			return nil
+		}
+		st, _, _ := canary.ParseStatus(ns.Annotations)
+		return st
+	}
+	settled := func(name string) {
+		require.Eventually(t, func() bool {
+			ns, err := c.caches.Namespaces.Get(name)
+			return err == nil && c.expect.satisfied(ns, c.cachedWorkload(name), c.cachedPod(name), clock.Now())
+		}, 5*time.Second, 10*time.Millisecond)
+	}
+	drain := func() map[string]bool {
+		time.Sleep(200 * time.Millisecond)
+		woken := map[string]bool{}
+		for c.queue.Len() > 0 {
+			key, _ := c.queue.Get()
+			woken[key] = true
+			c.queue.Forget(key)
+			c.queue.Done(key)
+		}
+		return woken
+	}
+	appNS, err := client.CoreV1().Namespaces().Get(ctx, "app", metav1.GetOptions{})
+	require.NoError(t, err)
+	appNS.Annotations[canary.AnnotationPriority] = "200"
+	_, err = client.CoreV1().Namespaces().Update(ctx, appNS, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		ns, err := c.caches.Namespaces.Get("app")
+		return err == nil && ns.Annotations[canary.AnnotationPriority] == "200"
+	}, 5*time.Second, 10*time.Millisecond)
+	// shop as a completed migration leaves it.
+	started := now.Add(-2 * time.Hour)
+	done := &canary.Status{Phase: canary.PhaseCompleted, Target: "1-26", TargetRevision: "1-26", SourceLabel: "1-25", SourceRevision: "1-25",
+		Wave: 1, TotalWaves: 1, StartedAt: &started, WaveStartedAt: &started, CompletedAt: &started}
+	raw, err := done.Encode()
+	require.NoError(t, err)
+	shopNS, err := client.CoreV1().Namespaces().Get(ctx, "shop", metav1.GetOptions{})
+	require.NoError(t, err)
+	shopNS.Annotations[canary.AnnotationStatus] = raw
+	shopNS.Labels[canary.LabelRev] = "1-26"
+	_, err = client.CoreV1().Namespaces().Update(ctx, shopNS, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	cart, err := client.AppsV1().Deployments("shop").Get(ctx, "cart", metav1.GetOptions{})
+	require.NoError(t, err)
+	cart.Annotations[canary.AnnotationMove] = (&canary.MoveRecord{Revision: "1-26", From: "1-25", Wave: 1, At: started, Migration: canary.MigrationID("1-26", started)}).Encode()
+	_, err = client.AppsV1().Deployments("shop").Update(ctx, cart, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	pod, err := client.CoreV1().Pods("shop").Get(ctx, "cart-abc-1", metav1.GetOptions{})
+	require.NoError(t, err)
+	pod.Annotations[canary.AnnotationSidecar] = `{"revision":"1-26"}`
+	_, err = client.CoreV1().Pods("shop").Update(ctx, pod, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return status("shop") != nil }, 5*time.Second, 10*time.Millisecond)
+	time.Sleep(200 * time.Millisecond)
+	client.ClearActions()
+	settled("shop")
+	require.NoError(t, c.sync(ctx, "shop"))
+	t.Logf("shop's decision on Completed wrote %d actions", len(client.Actions()))
+	require.Equal(t, canary.PhaseCompleted, status("shop").Phase, status("shop").Reason)
+	drain()
+
+	copied := recorded("copy", clock.Now().Add(-time.Second))
+	_, err = client.AppsV1().Deployments("shop").Create(ctx, copied, metav1.CreateOptions{})
+	require.NoError(t, err)
+	shopPeer := func() canary.Peer {
+		ns, err := c.caches.Namespaces.Get("shop")
+		require.NoError(t, err)
+		p, _ := c.caches.peerOf(ns, mesh.Resolve)
+		return p
+	}
+	require.Eventually(t, func() bool { return shopPeer().HoldsSlot }, 5*time.Second, 10*time.Millisecond)
+	settled("app")
+	require.NoError(t, c.sync(ctx, "app"))
+	require.Eventually(t, func() bool { return status("app") != nil }, 5*time.Second, 10*time.Millisecond)
+	t.Logf("app: %s: %s", status("app").Phase, status("app").Reason)
+	drain()
+
+	require.NoError(t, client.AppsV1().Deployments("shop").Delete(ctx, "copy", metav1.DeleteOptions{}))
+	require.Eventually(t, func() bool { return !shopPeer().HoldsSlot }, 5*time.Second, 10*time.Millisecond)
+	t.Logf("woken by the delete: %v", drain())
+	before := status("shop").Reason
+	settled("shop")
+	client.ClearActions()
+	require.NoError(t, c.sync(ctx, "shop"))
+	t.Logf("shop's decision after the delete: %d actions", len(client.Actions()))
+	woken := drain()
+	t.Logf("shop wrote a new status: %v; woken: %v", status("shop").Reason != before, woken)
+	assert.True(t, woken["app"], "app still says %q", status("app").Reason)
+}
