@@ -222,6 +222,13 @@ func (c *Controller) addHandlers() error {
 		UpdateFunc: func(_, obj any) { c.enqueueOwnerNamespace(obj) },
 		DeleteFunc: c.enqueueOwnerNamespace,
 	}
+	// A workload's move records can change its namespace as a peer
+	// without any write of the namespace.
+	workloads := cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.workloadChanged,
+		UpdateFunc: func(_, obj any) { c.workloadChanged(obj) },
+		DeleteFunc: c.workloadChanged,
+	}
 	everyone := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { c.enqueueAll() },
 		UpdateFunc: func(any, any) { c.enqueueAll() },
@@ -242,7 +249,47 @@ func (c *Controller) addHandlers() error {
 			return err
 		}
 	}
+	for _, name := range []string{"deployments", "statefulsets", "daemonsets"} {
+		if _, err := c.caches.informers[name].AddEventHandler(workloads); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// workloadChanged wakes the namespaces waiting for a slot when a change
+// of a workload changes its namespace as a peer: when the answer the
+// admissions were last given for it was read from its workloads' move
+// records (no status, or one that ended), and reading it again now gives
+// another. A record copied in and taken away again, or one taken away
+// before its namespace adopted it, would otherwise leave them waiting on
+// a slot no one holds.
+func (c *Controller) workloadChanged(obj any) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	m, ok := obj.(interface{ GetNamespace() string })
+	if !ok {
+		return
+	}
+	kept, keptOK, fromRecords := c.caches.peerMemo.readFromWorkloads(m.GetNamespace())
+	if !fromRecords {
+		return
+	}
+	ns, err := c.caches.Namespaces.Get(m.GetNamespace())
+	if err != nil {
+		c.enqueueAwaitingAdmission()
+		return
+	}
+	mesh, err := c.caches.revisions()
+	if err != nil {
+		c.enqueueAwaitingAdmission()
+		return
+	}
+	now, nowOK := canary.PeerOf(ns.Name, ns.Annotations, mesh.Resolve, func() ([]canary.Workload, error) { return c.caches.recordsOf(ns.Name) })
+	if now != kept || nowOK != keptOK {
+		c.enqueueAwaitingAdmission()
+	}
 }
 
 func (c *Controller) enqueueNamespace(obj any) {
@@ -288,25 +335,32 @@ func (c *Controller) enqueueOwnerNamespace(obj any) {
 
 // changesAdmission reports whether an update of a namespace changes what
 // the namespaces waiting for a slot read of it: whether it is a peer, and
-// its priority, phase, slot and wait for its ring (canary.Peer). A wave's
+// its priority, phase, slot and wait for its ring (canary.Peer), read from
+// the annotations canary.PeerOf reads (peerInput). A wave's
 // progress written by a namespace migrating changes none of them, and
 // waking every namespace that waits on each such write made a wave cost
 // as many reconciles as there are namespaces waiting. When the mesh
 // cannot be read it says yes: waking them is the careful answer.
 func (c *Controller) changesAdmission(old, cur *corev1.Namespace) bool {
-	if old.Annotations[canary.AnnotationStatus] == cur.Annotations[canary.AnnotationStatus] &&
-		old.Annotations[canary.AnnotationTargetRevision] == cur.Annotations[canary.AnnotationTargetRevision] &&
-		old.Annotations[canary.AnnotationPriority] == cur.Annotations[canary.AnnotationPriority] {
+	if peerInputOf(old.Annotations) == peerInputOf(cur.Annotations) {
 		return false
 	}
 	mesh, err := c.caches.revisions()
 	if err != nil {
 		return true
 	}
-	workloads := func() ([]canary.Workload, error) { return c.caches.recordsOf(cur.Name) }
+	// Either reading may come from the workloads' move records as they
+	// are now, which a waiting namespace may not have read yet (records
+	// change without a namespace write): such a write wakes them whatever
+	// the readings say.
+	fromRecords := false
+	workloads := func() ([]canary.Workload, error) {
+		fromRecords = true
+		return c.caches.recordsOf(cur.Name)
+	}
 	before, was := canary.PeerOf(old.Name, old.Annotations, mesh.Resolve, workloads)
 	after, is := canary.PeerOf(cur.Name, cur.Annotations, mesh.Resolve, workloads)
-	return was != is || before != after
+	return fromRecords || was != is || before != after
 }
 
 // enqueueAwaitingAdmission enqueues the namespaces whose decision depends

@@ -52,10 +52,11 @@ type resolution struct {
 	ok        bool
 }
 
-// peerInput is what canary.PeerOf reads of a namespace's annotations.
+// peerInput is what canary.PeerOf reads of a namespace's annotations: its
+// target and the mode to move to, priority, status and a rollback asked.
 type peerInput struct {
-	target, priority, status          string
-	hasTarget, hasPriority, hasStatus bool
+	target, priority, status, mode, rollback                string
+	hasTarget, hasPriority, hasStatus, hasMode, hasRollback bool
 }
 
 func peerInputOf(annotations map[string]string) peerInput {
@@ -63,7 +64,22 @@ func peerInputOf(annotations map[string]string) peerInput {
 	in.target, in.hasTarget = annotations[canary.AnnotationTargetRevision]
 	in.priority, in.hasPriority = annotations[canary.AnnotationPriority]
 	in.status, in.hasStatus = annotations[canary.AnnotationStatus]
+	in.mode, in.hasMode = annotations[canary.AnnotationTargetMode]
+	in.rollback, in.hasRollback = annotations[canary.AnnotationRollback]
 	return in
+}
+
+// readFromWorkloads returns the peer kept for a namespace when that answer
+// read its workloads' move records: ok is false when none is kept, or the
+// one kept was settled by the namespace's annotations alone.
+func (m *peerMemo) readFromWorkloads(name string) (canary.Peer, bool, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, hit := m.entries[name]
+	if !hit || !e.readWorkloads {
+		return canary.Peer{}, false, false
+	}
+	return e.peer, e.ok, true
 }
 
 // of returns ns as a peer. resolve resolves its target (nil reads the
