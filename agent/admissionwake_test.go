@@ -50,46 +50,21 @@ func TestAStatusWriteOfAPeerReadFromItsRecordsWakesTheWaiting(t *testing.T) {
 	setRecord(rec.Encode())
 	require.Eventually(t, func() bool { return shopPeer().HoldsSlot }, 5*time.Second, 10*time.Millisecond)
 
-	status := func(name string) *canary.Status {
-		ns, err := c.caches.Namespaces.Get(name)
-		if err != nil {
-			return nil
-		}
-		st, _, _ := canary.ParseStatus(ns.Annotations)
-		return st
-	}
-	require.Eventually(t, func() bool {
-		ns, err := c.caches.Namespaces.Get("app")
-		return err == nil && c.expect.satisfied(ns, c.cachedWorkload("app"), c.cachedPod("app"), clock.Now())
-	}, 5*time.Second, 10*time.Millisecond)
+	waitSettled(t, c, clock, "app")
 	require.NoError(t, c.sync(ctx, "app"))
-	require.Eventually(t, func() bool { return status("app") != nil }, 5*time.Second, 10*time.Millisecond)
-	require.Equal(t, "Pending: waiting for a free slot: 1 of 1 in use by shop", string(status("app").Phase)+": "+status("app").Reason)
+	require.Eventually(t, func() bool { return cachedStatus(c, "app") != nil }, 5*time.Second, 10*time.Millisecond)
+	require.Equal(t, "Pending: waiting for a free slot: 1 of 1 in use by shop", string(cachedStatus(c, "app").Phase)+": "+cachedStatus(c, "app").Reason)
 
-	drain := func() map[string]bool {
-		time.Sleep(200 * time.Millisecond)
-		woken := map[string]bool{}
-		for c.queue.Len() > 0 {
-			key, _ := c.queue.Get()
-			woken[key] = true
-			c.queue.Forget(key)
-			c.queue.Done(key)
-		}
-		return woken
-	}
-	drain()
+	drainQueue(c)
 	setRecord("")
 	require.Eventually(t, func() bool { return !shopPeer().HoldsSlot }, 5*time.Second, 10*time.Millisecond)
-	assert.True(t, drain()["app"], "the record's removal wakes the namespace waiting on the slot it held")
+	assert.True(t, drainQueue(c)["app"], "the record's removal wakes the namespace waiting on the slot it held")
 
-	require.Eventually(t, func() bool {
-		ns, err := c.caches.Namespaces.Get("shop")
-		return err == nil && c.expect.satisfied(ns, c.cachedWorkload("shop"), c.cachedPod("shop"), clock.Now())
-	}, 5*time.Second, 10*time.Millisecond)
+	waitSettled(t, c, clock, "shop")
 	require.NoError(t, c.sync(ctx, "shop"))
-	require.Eventually(t, func() bool { return status("shop") != nil }, 5*time.Second, 10*time.Millisecond)
-	require.Equal(t, canary.PhasePending, status("shop").Phase, status("shop").Reason)
-	woken := drain()
+	require.Eventually(t, func() bool { return cachedStatus(c, "shop") != nil }, 5*time.Second, 10*time.Millisecond)
+	require.Equal(t, canary.PhasePending, cachedStatus(c, "shop").Phase, cachedStatus(c, "shop").Reason)
+	woken := drainQueue(c)
 
 	ok, why := canary.Admit(canary.Peer{Name: "app", Priority: 100, Phase: canary.PhasePending}, func() []canary.Peer {
 		ps, err := c.caches.peers("app", mesh.Resolve)
@@ -97,12 +72,12 @@ func TestAStatusWriteOfAPeerReadFromItsRecordsWakesTheWaiting(t *testing.T) {
 		return ps
 	}(), 1)
 	require.True(t, ok, why)
-	assert.True(t, woken["app"], "shop's first status, read against records the waiting may not have read, wakes them too: app may start, and says %q", status("app").Reason)
+	assert.True(t, woken["app"], "shop's first status, read against records the waiting may not have read, wakes them too: app may start, and says %q", cachedStatus(c, "app").Reason)
 
 	// Woken, app starts.
 	clock.Step(time.Second)
 	require.NoError(t, c.sync(ctx, "app"))
-	require.Eventually(t, func() bool { return status("app").Phase != canary.PhasePending }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return cachedStatus(c, "app").Phase != canary.PhasePending }, 5*time.Second, 10*time.Millisecond)
 }
 
 // A Deployment copied in with a newer move record makes a completed
@@ -117,31 +92,6 @@ func TestAMoveRecordGoneFromAPeerWakesTheWaiting(t *testing.T) {
 	})
 	mesh, err := c.caches.revisions()
 	require.NoError(t, err)
-	status := func(name string) *canary.Status {
-		ns, err := c.caches.Namespaces.Get(name)
-		if err != nil {
-			return nil
-		}
-		st, _, _ := canary.ParseStatus(ns.Annotations)
-		return st
-	}
-	settled := func(name string) {
-		require.Eventually(t, func() bool {
-			ns, err := c.caches.Namespaces.Get(name)
-			return err == nil && c.expect.satisfied(ns, c.cachedWorkload(name), c.cachedPod(name), clock.Now())
-		}, 5*time.Second, 10*time.Millisecond)
-	}
-	drain := func() map[string]bool {
-		time.Sleep(200 * time.Millisecond)
-		woken := map[string]bool{}
-		for c.queue.Len() > 0 {
-			key, _ := c.queue.Get()
-			woken[key] = true
-			c.queue.Forget(key)
-			c.queue.Done(key)
-		}
-		return woken
-	}
 	appNS, err := client.CoreV1().Namespaces().Get(ctx, "app", metav1.GetOptions{})
 	require.NoError(t, err)
 	appNS.Annotations[canary.AnnotationPriority] = "200"
@@ -173,13 +123,13 @@ func TestAMoveRecordGoneFromAPeerWakesTheWaiting(t *testing.T) {
 	pod.Annotations[canary.AnnotationSidecar] = `{"revision":"1-26"}`
 	_, err = client.CoreV1().Pods("shop").Update(ctx, pod, metav1.UpdateOptions{})
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return status("shop") != nil }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return cachedStatus(c, "shop") != nil }, 5*time.Second, 10*time.Millisecond)
 	time.Sleep(200 * time.Millisecond)
 	client.ClearActions()
-	settled("shop")
+	waitSettled(t, c, clock, "shop")
 	require.NoError(t, c.sync(ctx, "shop"))
-	require.Equal(t, canary.PhaseCompleted, status("shop").Phase, status("shop").Reason)
-	drain()
+	require.Equal(t, canary.PhaseCompleted, cachedStatus(c, "shop").Phase, cachedStatus(c, "shop").Reason)
+	drainQueue(c)
 
 	copied := recorded("copy", clock.Now().Add(-time.Second))
 	_, err = client.AppsV1().Deployments("shop").Create(ctx, copied, metav1.CreateOptions{})
@@ -191,17 +141,17 @@ func TestAMoveRecordGoneFromAPeerWakesTheWaiting(t *testing.T) {
 		return p
 	}
 	require.Eventually(t, func() bool { return shopPeer().HoldsSlot }, 5*time.Second, 10*time.Millisecond)
-	settled("app")
+	waitSettled(t, c, clock, "app")
 	require.NoError(t, c.sync(ctx, "app"))
-	require.Eventually(t, func() bool { return status("app") != nil }, 5*time.Second, 10*time.Millisecond)
-	require.Equal(t, canary.PhasePending, status("app").Phase)
-	require.Contains(t, status("app").Reason, "in use by shop")
-	drain()
+	require.Eventually(t, func() bool { return cachedStatus(c, "app") != nil }, 5*time.Second, 10*time.Millisecond)
+	require.Equal(t, canary.PhasePending, cachedStatus(c, "app").Phase)
+	require.Contains(t, cachedStatus(c, "app").Reason, "in use by shop")
+	drainQueue(c)
 
 	require.NoError(t, client.AppsV1().Deployments("shop").Delete(ctx, "copy", metav1.DeleteOptions{}))
 	require.Eventually(t, func() bool { return !shopPeer().HoldsSlot }, 5*time.Second, 10*time.Millisecond)
-	woken := drain()
-	assert.True(t, woken["app"], "app still says %q", status("app").Reason)
+	woken := drainQueue(c)
+	assert.True(t, woken["app"], "app still says %q", cachedStatus(c, "app").Reason)
 }
 
 // The peer kept for a namespace is read again when its target mode
@@ -217,4 +167,39 @@ func TestAPeerIsReadAgainWhenItsTargetModeChanges(t *testing.T) {
 	got, _ := m.of(peerNamespace("shop", "2", ambient), mesh126.Resolve, noWorkloads, stamped)
 	assert.Equal(t, want, got)
 	assert.NotEqual(t, canary.PhaseCompleted, got.Phase)
+}
+
+// cachedStatus is a namespace's status as the cache holds it; nil when
+// it has none.
+func cachedStatus(c *Controller, name string) *canary.Status {
+	ns, err := c.caches.Namespaces.Get(name)
+	if err != nil {
+		return nil
+	}
+	st, _, _ := canary.ParseStatus(ns.Annotations)
+	return st
+}
+
+// waitSettled waits until the cache shows the controller's own last writes in
+// a namespace, so that its next decision is made.
+func waitSettled(t *testing.T, c *Controller, clock *clocktesting.FakeClock, name string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		ns, err := c.caches.Namespaces.Get(name)
+		return err == nil && c.expect.satisfied(ns, c.cachedWorkload(name), c.cachedPod(name), clock.Now())
+	}, 5*time.Second, 10*time.Millisecond)
+}
+
+// drainQueue empties the queue after the handlers had time to run, and
+// returns the namespaces that were in it.
+func drainQueue(c *Controller) map[string]bool {
+	time.Sleep(200 * time.Millisecond)
+	woken := map[string]bool{}
+	for c.queue.Len() > 0 {
+		key, _ := c.queue.Get()
+		woken[key] = true
+		c.queue.Forget(key)
+		c.queue.Done(key)
+	}
+	return woken
 }
