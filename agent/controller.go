@@ -42,11 +42,6 @@ type Options struct {
 	Gates func(canary.WaveUnderTest) analysis.Chain
 	// GateDeps replace the outside systems the configured gates talk to.
 	GateDeps GateDeps
-	// ObserveGates, when set, is told of every evaluation of a wave's
-	// gates: what they were shown, their verdicts and when. The workers
-	// call it concurrently, and it must not change what it is handed. The
-	// benchmarks time how soon the gates see a change with it.
-	ObserveGates func(wave canary.WaveUnderTest, verdicts []canary.Verdict, at time.Time)
 	// Clock defaults to the real clock.
 	Clock clock.Clock
 	// Recorder defaults to one that writes Events through Client.
@@ -81,9 +76,11 @@ type Controller struct {
 	dynamic dynamic.Interface
 	// fleet reads the other clusters of the rings; nil for a cluster
 	// alone.
-	fleet    *fleetClusters
-	queue    workqueue.TypedRateLimitingInterface[string]
-	gates    func(canary.WaveUnderTest) analysis.Chain
+	fleet *fleetClusters
+	queue workqueue.TypedRateLimitingInterface[string]
+	gates func(canary.WaveUnderTest) analysis.Chain
+	// observe, when set (by tests), is told of every evaluation of a
+	// wave's gates: what they were shown, their verdicts and when.
 	observe  func(canary.WaveUnderTest, []canary.Verdict, time.Time)
 	clock    clock.Clock
 	recorder record.EventRecorder
@@ -128,7 +125,6 @@ func New(opts Options) (*Controller, error) {
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(newRetryLimiter(),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "meshwave"}),
 		gates:    opts.Gates,
-		observe:  opts.ObserveGates,
 		clock:    opts.Clock,
 		recorder: opts.Recorder,
 		identity: opts.Identity,

@@ -136,7 +136,7 @@ func writesOf(actions []k8stesting.Action) []k8stesting.Action {
 	return out
 }
 
-// ObserveGates is told of each evaluation of the wave's gates: the wave
+// The gates' observer is told of each evaluation of the wave's gates: the wave
 // they were shown, their verdicts, and when.
 func TestObserveGatesSeesEveryEvaluation(t *testing.T) {
 	type seen struct {
